@@ -1,0 +1,13 @@
+# Third-party dependencies come from Debian packages (scripts/setup.sh installs them).
+find_package(nlohmann_json 3.11 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+find_package(Threads REQUIRED)
+if(FURLONG_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(FURLONG_BUILD_BENCH)
+  find_package(benchmark QUIET)
+endif()

@@ -1,0 +1,117 @@
+// JSON parsing and typed field access whose errors name the source and the field.
+//   auto cfg = read_json_file(dir / "config.json");
+//   int64_t h = json_get<int64_t>(cfg, "hidden_size", "config.json");
+//   -> "model/config.json: field 'hidden_size' must be an integer, got string \"64\""
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+
+namespace furlong {
+
+using Json = nlohmann::json;
+
+// `where` names the source in messages (a path, "line 3 of in.jsonl", ...).
+Json parse_json(std::string_view text, const std::string& where);
+Json read_json_file(const std::filesystem::path& path);
+std::string json_type_name(const Json& value);
+// A short rendering of a value for error messages (truncated).
+std::string json_excerpt(const Json& value);
+
+namespace detail {
+template <typename T>
+bool json_holds(const Json& v);
+template <typename T>
+const char* json_expected_name();
+}  // namespace detail
+
+template <typename T>
+T json_as(const Json& value, std::string_view field, const std::string& where) {
+  FURLONG_CHECK(detail::json_holds<T>(value), where, ": field '", field, "' must be ",
+                detail::json_expected_name<T>(), ", got ", json_type_name(value), " ",
+                json_excerpt(value));
+  return value.get<T>();
+}
+
+template <typename T>
+T json_get(const Json& obj, std::string_view field, const std::string& where) {
+  FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
+  auto it = obj.find(field);
+  FURLONG_CHECK(it != obj.end(), where, ": required field '", field, "' is missing");
+  return json_as<T>(*it, field, where);
+}
+
+// Missing or null -> fallback.
+template <typename T>
+T json_get_or(const Json& obj, std::string_view field, T fallback, const std::string& where) {
+  FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return fallback;
+  return json_as<T>(*it, field, where);
+}
+
+template <typename T>
+std::optional<T> json_get_optional(const Json& obj, std::string_view field,
+                                   const std::string& where) {
+  FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  return json_as<T>(*it, field, where);
+}
+
+namespace detail {
+template <typename T>
+bool json_holds(const Json& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    return v.is_number_integer() && (std::is_signed_v<T> || !v.is_number_float()) &&
+           !(std::is_unsigned_v<T> && v.is_number_integer() && !v.is_number_unsigned() &&
+             v.get<int64_t>() < 0);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return v.is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    if (!v.is_array()) return false;
+    for (const auto& e : v)
+      if (!e.is_number_integer()) return false;
+    return true;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    if (!v.is_array()) return false;
+    for (const auto& e : v)
+      if (!e.is_string()) return false;
+    return true;
+  } else {
+    return true;
+  }
+}
+template <typename T>
+const char* json_expected_name() {
+  if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>)
+    return "a non-negative integer";
+  else if constexpr (std::is_integral_v<T>)
+    return "an integer";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+    return "an array of integers";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return "an array of strings";
+  else
+    return "a value of the expected type";
+}
+}  // namespace detail
+
+}  // namespace furlong

@@ -1,0 +1,92 @@
+#include "core/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace furlong {
+namespace {
+
+std::string format_duration(double seconds) {
+  int s = static_cast<int>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%02d:%02d", s / 60, s % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total) {
+  const char* off = std::getenv("FURLONG_NO_PROGRESS");
+  enabled_ = !(off != nullptr && off[0] != '\0' && off[0] != '0');
+  tty_ = isatty(STDERR_FILENO) != 0;
+  start_ = last_draw_ = std::chrono::steady_clock::now();
+}
+
+ProgressBar::~ProgressBar() {
+  finish();
+}
+
+void ProgressBar::advance(int64_t n) {
+  done_ += n;
+  auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    if (now - last_draw_ >= std::chrono::milliseconds(125)) draw(false);
+  } else if (total_ > 0) {
+    int decile = static_cast<int>(10 * done_ / total_);
+    if (decile != last_decile_ && decile < 10) {
+      last_decile_ = decile;
+      draw(false);
+    }
+  }
+}
+
+void ProgressBar::set_postfix(std::string text) {
+  postfix_ = std::move(text);
+}
+
+void ProgressBar::finish() {
+  if (finished_) return;
+  finished_ = true;
+  draw(true);
+}
+
+void ProgressBar::draw(bool final_draw) {
+  if (!enabled_) return;
+  last_draw_ = std::chrono::steady_clock::now();
+  double elapsed = std::chrono::duration<double>(last_draw_ - start_).count();
+  double rate = elapsed > 0 ? static_cast<double>(done_) / elapsed : 0.0;
+  char counters[160];
+  if (total_ > 0) {
+    double frac = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
+    double eta = rate > 0 ? static_cast<double>(total_ - done_) / rate : 0.0;
+    std::snprintf(counters, sizeof(counters), "%3d%% %lld/%lld [%s<%s, %.1f %s/s]",
+                  static_cast<int>(100 * frac), static_cast<long long>(done_),
+                  static_cast<long long>(total_), format_duration(elapsed).c_str(),
+                  format_duration(eta).c_str(), rate, unit_.c_str());
+  } else {
+    std::snprintf(counters, sizeof(counters), "%lld [%s, %.1f %s/s]", static_cast<long long>(done_),
+                  format_duration(elapsed).c_str(), rate, unit_.c_str());
+  }
+  std::string bar;
+  if (tty_ && total_ > 0) {
+    constexpr int kWidth = 24;
+    int filled = static_cast<int>(kWidth * std::min<int64_t>(done_, total_) / total_);
+    bar = "|" + std::string(filled, '#') + std::string(kWidth - filled, ' ') + "| ";
+  }
+  std::string line = label_ + ": " + bar + counters + (postfix_.empty() ? "" : " " + postfix_);
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final_draw ? "\n" : "");
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
+}  // namespace furlong

@@ -1,0 +1,100 @@
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+namespace furlong::testing {
+
+std::filesystem::path source_dir() {
+  const char* env = std::getenv("FURLONG_SOURCE_DIR");
+  return env ? env : FURLONG_SOURCE_DIR;
+}
+
+std::filesystem::path binary_dir() {
+  return FURLONG_BINARY_DIR;
+}
+
+std::filesystem::path python() {
+  const char* env = std::getenv("FURLONG_PYTHON");
+  return env ? env : FURLONG_DEFAULT_PYTHON;
+}
+
+std::filesystem::path scratch_dir() {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "global";
+  for (auto& c : name)
+    if (c == '/') c = '_';
+  auto dir = binary_dir() / "testdata" /
+             (name + "." + std::to_string(getpid()) + "." + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::filesystem::path tokenizer_dir(const std::string& name) {
+  auto dir = source_dir() / ".cache" / "tokenizers" / name;
+  if (!std::filesystem::exists(dir / "tokenizer.json")) {
+    ADD_FAILURE() << "missing " << dir << "; run `make setup` to fetch the real tokenizers";
+  }
+  return dir;
+}
+
+std::filesystem::path furlong_binary() {
+  return binary_dir() / "furlong";
+}
+
+std::string shell_quote(const std::string& arg) {
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) result.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string run_python(const std::string& script, const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(python().string()) + " " +
+                    shell_quote((source_dir() / "scripts" / script).string());
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  auto result = run_command(cmd);
+  EXPECT_EQ(result.exit_code, 0) << "oracle script failed: " << cmd << "\n" << result.output;
+  return result.output;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  if (a.sizes() != b.sizes() || a.numel() == 0) return a.numel() == 0 ? 0.0 : 1e30;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b, double floor) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  if (a.sizes() != b.sizes() || a.numel() == 0) return a.numel() == 0 ? 0.0 : 1e30;
+  auto bd = b.to(at::kDouble);
+  auto denom = bd.abs().clamp_min(floor);
+  return ((a.to(at::kDouble) - bd).abs() / denom).max().item<double>();
+}
+
+}  // namespace furlong::testing

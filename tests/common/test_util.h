@@ -1,0 +1,41 @@
+// Shared helpers for furlong's tests: where the source tree, the venv's Python, the real
+// tokenizer files and scratch space are, and how to run the committed Python oracles.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace furlong::testing {
+
+std::filesystem::path source_dir();
+std::filesystem::path binary_dir();
+// The interpreter with torch/transformers/tokenizers (the project venv unless FURLONG_PYTHON).
+std::filesystem::path python();
+// A fresh empty directory unique to the calling test (under the build tree).
+std::filesystem::path scratch_dir();
+// Real tokenizer files fetched by `make setup` (.cache/tokenizers/<name>): "qwen3", "llama3".
+std::filesystem::path tokenizer_dir(const std::string& name);
+// Path to the furlong binary in the build tree.
+std::filesystem::path furlong_binary();
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command, capturing its output.
+CommandResult run_command(const std::string& command);
+// Runs scripts/<script> with the venv Python; fails the calling test if it exits non-zero.
+std::string run_python(const std::string& script, const std::vector<std::string>& args);
+// Quotes one argument for /bin/sh.
+std::string shell_quote(const std::string& arg);
+
+// max |a - b| over all elements (both cast to double, same shape required).
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
+// max |a - b| / max(|b|, floor).
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b, double floor = 1e-6);
+
+}  // namespace furlong::testing
