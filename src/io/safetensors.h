@@ -1,0 +1,103 @@
+// Safetensors files: reading (mmap, zero-copy) and writing, plus HF checkpoint directories
+// (a single model.safetensors, or shards listed by model.safetensors.index.json).
+//
+// Format: [u64 LE header length N][N bytes of UTF-8 JSON header][data buffer]. The header maps
+// tensor name -> {"dtype", "shape", "data_offsets": [begin, end)} (offsets relative to the data
+// buffer) plus an optional "__metadata__" string->string map. Offsets must tile the buffer
+// exactly. Every violation is reported as furlong::Error naming the file and the problem.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace furlong::io {
+
+struct TensorInfo {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte offsets into the data buffer, end exclusive
+  uint64_t end = 0;
+};
+
+// The safetensors dtype string ("BF16") <-> ScalarType. Unsupported strings are an error
+// naming `where`.
+c10::ScalarType dtype_from_safetensors(std::string_view name, const std::string& where);
+std::string dtype_to_safetensors(c10::ScalarType dtype);
+
+// A validated, memory-mapped safetensors file. Tensors returned by tensor() are CPU views into
+// the mapping that keep it alive; they must not be written to (clone first).
+class SafetensorsFile {
+ public:
+  static std::shared_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // nullptr if absent.
+  const TensorInfo* find(std::string_view name) const;
+  // Error naming the file if absent.
+  at::Tensor tensor(std::string_view name) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  size_t data_start_ = 0;
+};
+
+// Parses and validates a header (the JSON text) against a data buffer of `data_size` bytes.
+// Exposed for tests and fuzzing; `where` names the file in errors.
+std::vector<TensorInfo> parse_safetensors_header(std::string_view header_json, uint64_t data_size,
+                                                 const std::string& where,
+                                                 std::map<std::string, std::string>* metadata);
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Writes a safetensors file atomically (temporary file + rename). Tensors may live on any
+// device and be non-contiguous; names must be unique. Layout follows the reference writer:
+// header padded with spaces to a multiple of 8, tensors sorted by dtype alignment then name.
+void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// The weights of a HF model directory.
+class HfWeights {
+ public:
+  // Opens <dir>/model.safetensors.index.json if present (every listed shard must exist),
+  // else <dir>/model.safetensors; an error lists what was looked for.
+  static HfWeights open(const std::filesystem::path& dir);
+
+  std::vector<std::string> names() const;
+  bool contains(std::string_view name) const;
+  const TensorInfo& info(std::string_view name) const;
+  // The file holding `name` (for error messages).
+  std::filesystem::path file_of(std::string_view name) const;
+  at::Tensor get(std::string_view name) const;
+
+ private:
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t, std::less<>> owner_;  // tensor name -> index in files_
+};
+
+// Writes weights as HF does: one model.safetensors when they fit in `max_shard_bytes`, else
+// model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json
+// ({"metadata": {"total_size": ...}, "weight_map": {...}}). Metadata {"format": "pt"}.
+void save_hf_weights(const std::filesystem::path& dir, const NamedTensors& tensors,
+                     uint64_t max_shard_bytes = 5ull << 30);
+
+}  // namespace furlong::io
