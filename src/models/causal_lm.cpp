@@ -1,0 +1,133 @@
+#include "models/causal_lm.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "models/checkpointing.h"
+
+namespace furlong::models {
+
+CausalLM::CausalLM(ModelConfig config)
+    : config_(std::move(config)), rope_(RotaryEmbedding::create(config_)) {}
+
+CausalLM::~CausalLM() = default;
+
+void CausalLM::build_units(const std::vector<ParamSpec>& block_params) {
+  const int64_t V = config_.vocab_size, D = config_.hidden_size;
+  units_.clear();
+  units_.push_back({"embed", {{"model.embed_tokens.weight", {V, D}, ParamInit::kNormal}}});
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    UnitSpec unit{"layers." + std::to_string(l), {}};
+    for (const auto& p : block_params) {
+      unit.params.push_back({"model.layers." + std::to_string(l) + "." + p.name, p.shape, p.init});
+    }
+    units_.push_back(std::move(unit));
+  }
+  UnitSpec final_unit{"final", {{"model.norm.weight", {D}, ParamInit::kOnes}}};
+  if (!config_.tie_word_embeddings) {
+    final_unit.params.push_back({"lm_head.weight", {V, D}, ParamInit::kNormal});
+  }
+  units_.push_back(std::move(final_unit));
+}
+
+int64_t CausalLM::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& unit : units_) {
+    for (const auto& p : unit.params) {
+      int64_t numel = 1;
+      for (auto s : p.shape) numel *= s;
+      n += numel;
+    }
+  }
+  return n;
+}
+
+std::pair<size_t, size_t> CausalLM::locate(const std::string& name) const {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t i = 0; i < units_[u].params.size(); ++i) {
+      if (units_[u].params[i].name == name) return {u, i};
+    }
+  }
+  FURLONG_FAIL(config_.architecture, " has no parameter named '", name, "'");
+}
+
+void CausalLM::materialize(const c10::TensorOptions& options) {
+  weights_.clear();
+  for (const auto& unit : units_) {
+    UnitTensors tensors;
+    for (const auto& p : unit.params) tensors.push_back(at::empty(p.shape, options));
+    weights_.push_back(std::move(tensors));
+  }
+}
+
+at::Tensor& CausalLM::weight(const std::string& name) {
+  FURLONG_ASSERT(materialized(), "weights are not materialized");
+  auto [u, i] = locate(name);
+  return weights_[u][i];
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_weights() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t u = 0; u < units_.size() && u < weights_.size(); ++u) {
+    for (size_t i = 0; i < units_[u].params.size(); ++i) {
+      out.emplace_back(units_[u].params[i].name, weights_[u][i]);
+    }
+  }
+  return out;
+}
+
+void CausalLM::set_requires_grad(bool requires_grad) {
+  for (auto& unit : weights_) {
+    for (auto& t : unit) t.requires_grad_(requires_grad);
+  }
+}
+
+ForwardContext CausalLM::make_context(const PackedBatch& batch, c10::ScalarType dtype,
+                                      AttnImpl attn) const {
+  ForwardContext ctx;
+  ctx.batch = batch;
+  ctx.attn = attn;
+  std::tie(ctx.cos_TH, ctx.sin_TH) = rope_.cos_sin(batch.position_ids_T, dtype);
+  return ctx;
+}
+
+at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_T) const {
+  return at::embedding(params[0], tokens_T);
+}
+
+at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_TD) const {
+  return rms_norm(x_TD, params[0], config_.rms_norm_eps);
+}
+
+const at::Tensor& CausalLM::head_weight(const UnitTensors& embed_params,
+                                        const UnitTensors& final_params) const {
+  return config_.tie_word_embeddings ? embed_params[0] : final_params[1];
+}
+
+at::Tensor CausalLM::run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+                               const ForwardContext& ctx, bool checkpoint) const {
+  if (!checkpoint) return block(layer, params, x_TD, ctx);
+  auto fn = [this, layer, ctx](const at::Tensor& x, const std::vector<at::Tensor>& p) {
+    return block(layer, p, x, ctx);
+  };
+  return checkpointed_call(fn, x_TD, params);
+}
+
+at::Tensor CausalLM::forward_hidden(const PackedBatch& batch, const ForwardOptions& options) const {
+  FURLONG_ASSERT(materialized(), "forward on a model whose weights are not materialized");
+  FURLONG_CHECK(batch.num_tokens() > 0, "forward: the batch is empty");
+  const auto& embed_params = weights_[kEmbedUnit];
+  auto x_TD = embed(embed_params, batch.tokens_T);
+  auto ctx = make_context(batch, x_TD.scalar_type(), options.attn);
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    x_TD = run_block(l, weights_[layer_unit(l)], x_TD, ctx, options.activation_checkpointing);
+  }
+  return final_norm(weights_[final_unit()], x_TD);
+}
+
+at::Tensor CausalLM::forward_logits(const PackedBatch& batch, const ForwardOptions& options) const {
+  auto hidden_TD = forward_hidden(batch, options);
+  return at::linear(hidden_TD, head_weight(weights_[kEmbedUnit], weights_[final_unit()]));
+}
+
+}  // namespace furlong::models

@@ -1,0 +1,118 @@
+// CausalLM: the base of every decoder architecture furlong trains and serves.
+//
+// A model is described as *units* of named parameters (HF names): unit 0 is the token
+// embedding, units 1..L are the transformer blocks, the last unit is the final norm (and
+// lm_head when embeddings are untied). Units are what sharding, checkpointing and weight sync
+// work on; the model itself knows nothing about parallelism.
+//
+// The forward pieces are functional: they take the parameter tensors of their unit as
+// arguments, so a caller may substitute tensors (e.g. gathered shards) without the model
+// knowing. For plain single-device use the model also owns one set of weights (weights()).
+//
+// Construction allocates nothing (so a model can be described without memory, as on the meta
+// device); materialize() allocates the owned weights with the given options.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/layers.h"
+#include "models/model_config.h"
+#include "models/packed_batch.h"
+
+namespace furlong::models {
+
+enum class ParamInit { kNormal, kOnes, kZeros };
+
+struct ParamSpec {
+  std::string name;  // full HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;
+  ParamInit init = ParamInit::kNormal;
+};
+
+struct UnitSpec {
+  std::string name;  // "embed", "layers.3", "final"
+  std::vector<ParamSpec> params;
+};
+
+using UnitTensors = std::vector<at::Tensor>;  // aligned with UnitSpec::params
+
+struct ForwardOptions {
+  AttnImpl attn = AttnImpl::kSdpa;
+  bool activation_checkpointing = false;  // recompute each block in backward
+};
+
+// Per-forward values shared by all blocks.
+// Holds its own copy of the batch layout so that a checkpointed block can be recomputed in
+// backward after the caller's batch object is gone.
+struct ForwardContext {
+  PackedBatch batch;
+  at::Tensor cos_TH;
+  at::Tensor sin_TH;
+  AttnImpl attn = AttnImpl::kSdpa;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM();
+  CausalLM(const CausalLM&) = delete;
+  CausalLM& operator=(const CausalLM&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  int64_t num_layers() const { return config_.num_hidden_layers; }
+  const std::vector<UnitSpec>& units() const { return units_; }
+  static constexpr size_t kEmbedUnit = 0;
+  size_t layer_unit(int64_t layer) const { return static_cast<size_t>(1 + layer); }
+  size_t final_unit() const { return units_.size() - 1; }
+  int64_t num_parameters() const;
+  // (unit, index) of a parameter by HF name; error if unknown.
+  std::pair<size_t, size_t> locate(const std::string& name) const;
+
+  // ---- owned weights ----
+  bool materialized() const { return !weights_.empty(); }
+  void materialize(const c10::TensorOptions& options);
+  std::vector<UnitTensors>& weights() { return weights_; }
+  const std::vector<UnitTensors>& weights() const { return weights_; }
+  at::Tensor& weight(const std::string& name);
+  std::vector<std::pair<std::string, at::Tensor>> named_weights() const;
+  void set_requires_grad(bool requires_grad);
+
+  // ---- functional forward pieces ----
+  ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype, AttnImpl attn) const;
+  at::Tensor embed(const UnitTensors& params, const at::Tensor& tokens_T) const;
+  virtual at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+                           const ForwardContext& ctx) const = 0;
+  at::Tensor final_norm(const UnitTensors& params, const at::Tensor& x_TD) const;
+  // lm_head weight [V, D]: the embedding when tied, else the final unit's lm_head.
+  const at::Tensor& head_weight(const UnitTensors& embed_params,
+                                const UnitTensors& final_params) const;
+  // One block, optionally wrapped in activation checkpointing.
+  at::Tensor run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+                       const ForwardContext& ctx, bool checkpoint) const;
+
+  // ---- single-device forward over the owned weights ----
+  // Final hidden states [T, D] (after the final norm).
+  at::Tensor forward_hidden(const PackedBatch& batch, const ForwardOptions& options = {}) const;
+  // Logits [T, V] in the weights' dtype.
+  at::Tensor forward_logits(const PackedBatch& batch, const ForwardOptions& options = {}) const;
+
+ protected:
+  explicit CausalLM(ModelConfig config);
+  // Subclasses call this from their constructor with the per-block parameters (names relative
+  // to "model.layers.<i>.", in the order block() indexes them).
+  void build_units(const std::vector<ParamSpec>& block_params);
+
+  ModelConfig config_;
+  RotaryEmbedding rope_;
+
+ private:
+  std::vector<UnitSpec> units_;
+  std::vector<UnitTensors> weights_;
+};
+
+}  // namespace furlong::models

@@ -1,0 +1,73 @@
+#include "models/decoder_lm.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace furlong::models {
+
+DecoderLM::DecoderLM(ModelConfig config) : CausalLM(std::move(config)) {
+  build_units(block_param_specs());
+}
+
+std::vector<ParamSpec> DecoderLM::block_param_specs() {
+  const auto& c = config_;
+  const int64_t D = c.hidden_size, H = c.head_dim, F = c.intermediate_size;
+  const int64_t NH = c.num_attention_heads * H, KH = c.num_key_value_heads * H;
+  std::vector<ParamSpec> specs;
+  auto add = [&](int& slot, std::string name, std::vector<int64_t> shape, ParamInit init) {
+    slot = static_cast<int>(specs.size());
+    specs.push_back({std::move(name), std::move(shape), init});
+  };
+  add(slots_.input_norm, "input_layernorm.weight", {D}, ParamInit::kOnes);
+  add(slots_.q, "self_attn.q_proj.weight", {NH, D}, ParamInit::kNormal);
+  if (c.qkv_bias) add(slots_.q_bias, "self_attn.q_proj.bias", {NH}, ParamInit::kZeros);
+  add(slots_.k, "self_attn.k_proj.weight", {KH, D}, ParamInit::kNormal);
+  if (c.qkv_bias) add(slots_.k_bias, "self_attn.k_proj.bias", {KH}, ParamInit::kZeros);
+  add(slots_.v, "self_attn.v_proj.weight", {KH, D}, ParamInit::kNormal);
+  if (c.qkv_bias) add(slots_.v_bias, "self_attn.v_proj.bias", {KH}, ParamInit::kZeros);
+  add(slots_.o, "self_attn.o_proj.weight", {D, NH}, ParamInit::kNormal);
+  if (c.o_proj_bias) add(slots_.o_bias, "self_attn.o_proj.bias", {D}, ParamInit::kZeros);
+  if (c.qk_norm) {
+    add(slots_.q_norm, "self_attn.q_norm.weight", {H}, ParamInit::kOnes);
+    add(slots_.k_norm, "self_attn.k_norm.weight", {H}, ParamInit::kOnes);
+  }
+  add(slots_.post_norm, "post_attention_layernorm.weight", {D}, ParamInit::kOnes);
+  add(slots_.gate, "mlp.gate_proj.weight", {F, D}, ParamInit::kNormal);
+  if (c.mlp_bias) add(slots_.gate_bias, "mlp.gate_proj.bias", {F}, ParamInit::kZeros);
+  add(slots_.up, "mlp.up_proj.weight", {F, D}, ParamInit::kNormal);
+  if (c.mlp_bias) add(slots_.up_bias, "mlp.up_proj.bias", {F}, ParamInit::kZeros);
+  add(slots_.down, "mlp.down_proj.weight", {D, F}, ParamInit::kNormal);
+  if (c.mlp_bias) add(slots_.down_bias, "mlp.down_proj.bias", {D}, ParamInit::kZeros);
+  return specs;
+}
+
+at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_TD,
+                            const ForwardContext& ctx) const {
+  const auto& c = config_;
+  auto opt = [&](int slot) { return slot >= 0 ? p[slot] : at::Tensor(); };
+  const int64_t T = x_TD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
+  const int64_t H = c.head_dim;
+
+  auto h_TD = rms_norm(x_TD, p[slots_.input_norm], c.rms_norm_eps);
+  auto q_TNH = at::linear(h_TD, p[slots_.q], opt(slots_.q_bias)).view({T, N, H});
+  auto k_TKH = at::linear(h_TD, p[slots_.k], opt(slots_.k_bias)).view({T, K, H});
+  auto v_TKH = at::linear(h_TD, p[slots_.v], opt(slots_.v_bias)).view({T, K, H});
+  if (c.qk_norm) {
+    q_TNH = rms_norm(q_TNH, p[slots_.q_norm], c.rms_norm_eps);
+    k_TKH = rms_norm(k_TKH, p[slots_.k_norm], c.rms_norm_eps);
+  }
+  q_TNH = apply_rope(q_TNH, ctx.cos_TH, ctx.sin_TH);
+  k_TKH = apply_rope(k_TKH, ctx.cos_TH, ctx.sin_TH);
+  double scale = 1.0 / std::sqrt(static_cast<double>(H));
+  auto o_TNH = attention(q_TNH, k_TKH, v_TKH, ctx.batch, ctx.attn, scale);
+  auto attn_TD = at::linear(o_TNH.reshape({T, N * H}), p[slots_.o], opt(slots_.o_bias));
+  auto x1_TD = x_TD + attn_TD;
+
+  auto h2_TD = rms_norm(x1_TD, p[slots_.post_norm], c.rms_norm_eps);
+  auto mlp_TD = swiglu_mlp(h2_TD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
+                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias));
+  return x1_TD + mlp_TD;
+}
+
+}  // namespace furlong::models

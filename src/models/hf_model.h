@@ -1,0 +1,47 @@
+// HF model directories, as-is: config.json + safetensors (single or sharded) in, and out.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "io/safetensors.h"
+#include "models/causal_lm.h"
+
+namespace furlong::models {
+
+// <dir>/config.json, parsed (errors name the file).
+Json read_hf_config(const std::filesystem::path& dir);
+
+struct LoadOptions {
+  // Parameter dtype; default: the checkpoint's torch_dtype.
+  std::optional<c10::ScalarType> dtype;
+  c10::Device device = c10::kCPU;
+};
+
+// Builds the model config.json describes and loads its weights, matched by HF name with shape
+// checks. Tensors the model does not use are reported (warning), missing ones are an error.
+std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
+                                        const LoadOptions& options = {});
+
+// Copies checkpoint tensors into the model's materialized weights (cast to their dtype).
+void load_weights(CausalLM& model, const io::HfWeights& weights, const std::filesystem::path& dir);
+
+// Writes config.json (torch_dtype set to `dtype`) and model.safetensors (sharded past
+// max_shard_bytes) for the model's owned weights, so that transformers loads the directory.
+void save_hf_model(const CausalLM& model, const std::filesystem::path& dir, c10::ScalarType dtype,
+                   uint64_t max_shard_bytes = 5ull << 30);
+
+// The config.json content for `model` saved in `dtype`.
+Json hf_config_json(const CausalLM& model, c10::ScalarType dtype);
+
+// transformers' default initialization: normal(0, initializer_range) for projection and
+// embedding weights, ones for norms, zeros for biases. Deterministic for a seed (draws on the
+// CPU in parameter order, then copies to the weights' device and dtype).
+void init_weights(CausalLM& model, uint64_t seed);
+
+}  // namespace furlong::models

@@ -1,0 +1,201 @@
+#include "models/layers.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace furlong::models {
+
+AttnImpl parse_attn_impl(const std::string& name, const std::string& where) {
+  if (name == "sdpa") return AttnImpl::kSdpa;
+  if (name == "eager") return AttnImpl::kEager;
+  FURLONG_FAIL(where, ": unknown attention implementation '", name,
+               "'; expected sdpa (fused kernel, default) or eager (plain math reference)");
+}
+
+std::string attn_impl_name(AttnImpl impl) {
+  return impl == AttnImpl::kSdpa ? "sdpa" : "eager";
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto input_dtype = x.scalar_type();
+  auto x32 = x.to(at::kFloat);
+  auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
+  auto normed = x32 * at::rsqrt(variance + eps);
+  return weight * normed.to(input_dtype);
+}
+
+namespace {
+
+at::Tensor default_inv_freq(double theta, int64_t dim) {
+  auto exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  return 1.0 / at::pow(at::Scalar(theta), exponent);
+}
+
+at::Tensor llama3_inv_freq(const RopeConfig& r, int64_t dim) {
+  auto inv_freq = default_inv_freq(r.theta, dim);
+  double old_context = static_cast<double>(r.original_max_position_embeddings);
+  double low_freq_wavelen = old_context / r.low_freq_factor;
+  double high_freq_wavelen = old_context / r.high_freq_factor;
+  auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = at::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+  auto smooth =
+      (old_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  auto smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  auto is_medium = at::logical_not(wavelen < high_freq_wavelen)
+                       .logical_and(at::logical_not(wavelen > low_freq_wavelen));
+  return at::where(is_medium, smoothed, scaled);
+}
+
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+std::pair<at::Tensor, double> yarn_inv_freq(const RopeConfig& r, int64_t dim) {
+  double attention_factor;
+  if (r.attention_factor) {
+    attention_factor = *r.attention_factor;
+  } else if (r.mscale && r.mscale_all_dim && *r.mscale != 0 && *r.mscale_all_dim != 0) {
+    attention_factor = yarn_mscale(r.factor, *r.mscale) / yarn_mscale(r.factor, *r.mscale_all_dim);
+  } else {
+    attention_factor = yarn_mscale(r.factor, 1.0);
+  }
+  auto correction_dim = [&](double rotations) {
+    return (dim * std::log(r.original_max_position_embeddings / (rotations * 2 * M_PI))) /
+           (2 * std::log(r.theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;
+  auto pos_freqs = at::pow(at::Scalar(r.theta), at::arange(0, dim, 2).to(at::kFloat) / dim);
+  auto extrapolation = 1.0 / pos_freqs;
+  auto interpolation = 1.0 / (r.factor * pos_freqs);
+  auto ramp = ((at::arange(dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+  auto extrapolation_factor = 1 - ramp;
+  auto inv_freq = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+  return {inv_freq, attention_factor};
+}
+
+// Dynamic NTK: the base grows once positions exceed max_position_embeddings. Computed in fp32
+// tensor arithmetic, as transformers does at run time.
+at::Tensor dynamic_inv_freq(const RopeConfig& r, int64_t dim, int64_t seq_len,
+                            int64_t max_position_embeddings) {
+  auto len = at::scalar_tensor(std::max(seq_len, max_position_embeddings), at::kLong);
+  auto base = r.theta * at::pow((r.factor * len / max_position_embeddings) - (r.factor - 1),
+                                static_cast<double>(dim) / (dim - 2));
+  auto exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  return 1.0 / at::pow(base, exponent);
+}
+
+}  // namespace
+
+RotaryEmbedding RotaryEmbedding::create(const ModelConfig& config) {
+  RotaryEmbedding re;
+  re.rope = config.rope;
+  re.head_dim = config.head_dim;
+  re.max_position_embeddings = config.max_position_embeddings;
+  const RopeConfig& r = config.rope;
+  int64_t dim = config.head_dim;
+  if (r.type == "default" || r.type == "dynamic") {
+    re.inv_freq = default_inv_freq(r.theta, dim);
+  } else if (r.type == "linear") {
+    re.inv_freq = default_inv_freq(r.theta, dim) / r.factor;
+  } else if (r.type == "llama3") {
+    re.inv_freq = llama3_inv_freq(r, dim);
+  } else if (r.type == "yarn") {
+    std::tie(re.inv_freq, re.attention_scaling) = yarn_inv_freq(r, dim);
+  } else {
+    FURLONG_FAIL("unsupported rope type '", r.type, "'");
+  }
+  return re;
+}
+
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& position_ids_T,
+                                                           c10::ScalarType dtype) const {
+  at::Tensor freq = inv_freq;
+  if (rope.type == "dynamic" && position_ids_T.numel() > 0) {
+    int64_t seq_len = position_ids_T.max().item<int64_t>() + 1;
+    if (seq_len > max_position_embeddings) {
+      freq = dynamic_inv_freq(rope, head_dim, seq_len, max_position_embeddings);
+    }
+  }
+  freq = freq.to(position_ids_T.device());
+  auto freqs_TH2 = position_ids_T.unsqueeze(-1).to(at::kFloat) * freq;
+  auto emb_TH = at::cat({freqs_TH2, freqs_TH2}, -1);
+  auto cos = emb_TH.cos() * attention_scaling;
+  auto sin = emb_TH.sin() * attention_scaling;
+  return {cos.to(dtype), sin.to(dtype)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH) {
+  int64_t half = x_TNH.size(-1) / 2;
+  auto x1 = x_TNH.narrow(-1, 0, half);
+  auto x2 = x_TNH.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  auto cos = cos_TH.unsqueeze(1);
+  auto sin = sin_TH.unsqueeze(1);
+  return x_TNH * cos + rotated * sin;
+}
+
+namespace {
+
+// One document, [1, N, L, H] layout.
+at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           double scale) {
+  int64_t groups = q.size(1) / k.size(1);
+  auto k_rep = groups == 1 ? k : k.repeat_interleave(groups, 1);
+  auto v_rep = groups == 1 ? v : v.repeat_interleave(groups, 1);
+  auto scores = at::matmul(q, k_rep.transpose(2, 3)) * scale;
+  int64_t len = q.size(2);
+  auto future = at::ones({len, len}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v_rep);
+}
+
+at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              AttnImpl impl, double scale) {
+  if (impl == AttnImpl::kEager) return eager_attention(q, k, v, scale);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true, scale,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
+}
+
+}  // namespace
+
+at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at::Tensor& v_TKH,
+                     const PackedBatch& batch, AttnImpl impl, double scale) {
+  FURLONG_ASSERT(q_TNH.size(0) == batch.num_tokens(), "attention: ", q_TNH.size(0),
+                 " tokens but the batch has ", batch.num_tokens());
+  auto to_heads_first = [](const at::Tensor& x, int64_t start, int64_t len) {
+    return x.narrow(0, start, len).transpose(0, 1).unsqueeze(0);  // [1, heads, L, H]
+  };
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(batch.num_documents());
+  for (int64_t d = 0; d < batch.num_documents(); ++d) {
+    int64_t start = batch.cu_seqlens[d];
+    int64_t len = batch.cu_seqlens[d + 1] - start;
+    auto out =
+        document_attention(to_heads_first(q_TNH, start, len), to_heads_first(k_TKH, start, len),
+                           to_heads_first(v_TKH, start, len), impl, scale);
+    outputs.push_back(out.squeeze(0).transpose(0, 1));  // [L, N, H]
+  }
+  return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
+}
+
+at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
+                      const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
+                      const at::Tensor& down_b) {
+  auto gate = at::linear(x_TD, gate_FD, gate_b);
+  auto up = at::linear(x_TD, up_FD, up_b);
+  return at::linear(at::silu(gate) * up, down_DF, down_b);
+}
+
+}  // namespace furlong::models

@@ -1,0 +1,55 @@
+// Single-device building blocks of Llama-family decoders, written to reproduce transformers'
+// numerics op for op (same dtypes at each step), so that fp32 results agree to rounding and
+// bf16 results agree to the last few ulps.
+//
+// Legend: T = tokens (packed), D = model dim, N = query heads, K = key/value heads,
+// H = head dim, F = MLP hidden dim.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+
+#include "models/model_config.h"
+#include "models/packed_batch.h"
+
+namespace furlong::models {
+
+enum class AttnImpl {
+  kSdpa,   // at::scaled_dot_product_attention per document (fused CPU/CUDA kernels)
+  kEager,  // plain matmul + fp32 softmax, transformers' "eager" path; the reference
+};
+AttnImpl parse_attn_impl(const std::string& name, const std::string& where);
+std::string attn_impl_name(AttnImpl impl);
+
+// RMSNorm as transformers computes it: normalize in fp32, cast back, then scale.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// inv_freq [H/2] (fp32) and the cos/sin scaling for the configured rope type.
+struct RotaryEmbedding {
+  at::Tensor inv_freq;
+  double attention_scaling = 1.0;
+  RopeConfig rope;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+
+  static RotaryEmbedding create(const ModelConfig& config);
+  // cos/sin [T, H] in `dtype` for the given positions (computed in fp32 first).
+  std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& position_ids_T,
+                                            c10::ScalarType dtype) const;
+};
+
+// x_TNH * cos + rotate_half(x_TNH) * sin, with cos/sin [T, H] broadcast over heads.
+at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH);
+
+// Causal attention within each document of `batch`; K may divide N (grouped-query attention).
+at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at::Tensor& v_TKH,
+                     const PackedBatch& batch, AttnImpl impl, double scale);
+
+// down(silu(gate(x)) * up(x)); biases may be undefined.
+at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
+                      const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
+                      const at::Tensor& down_b);
+
+}  // namespace furlong::models

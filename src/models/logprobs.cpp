@@ -1,0 +1,116 @@
+#include "models/logprobs.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace furlong::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+int64_t rows_per_chunk(int64_t vocab, int64_t chunk_bytes) {
+  // fp32 logits plus the same again for probabilities / gradients.
+  return std::max<int64_t>(1, chunk_bytes / (vocab * 4 * 2));
+}
+
+// fp32 logits / temperature for rows [start, start + len).
+at::Tensor scaled_logits(const at::Tensor& hidden_TD, const at::Tensor& head_VD, int64_t start,
+                         int64_t len, double temperature) {
+  auto logits = at::linear(hidden_TD.narrow(0, start, len), head_VD).to(at::kFloat);
+  return temperature == 1.0 ? logits : logits / temperature;
+}
+
+struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden_TD,
+                               const at::Tensor& head_VD, const at::Tensor& targets_T,
+                               double temperature, bool with_entropy, int64_t chunk_bytes) {
+    const int64_t T = hidden_TD.size(0);
+    const int64_t chunk = rows_per_chunk(head_VD.size(0), chunk_bytes);
+    auto logprobs = at::empty({T}, hidden_TD.options().dtype(at::kFloat));
+    auto entropy = at::zeros({T}, hidden_TD.options().dtype(at::kFloat));
+    for (int64_t start = 0; start < T; start += chunk) {
+      int64_t len = std::min(chunk, T - start);
+      auto z = scaled_logits(hidden_TD, head_VD, start, len, temperature);
+      auto lse = at::logsumexp(z, -1);
+      auto target_z = z.gather(1, targets_T.narrow(0, start, len).unsqueeze(1)).squeeze(1);
+      logprobs.narrow(0, start, len).copy_(target_z - lse);
+      if (with_entropy) {
+        auto probs = at::softmax(z, -1);
+        entropy.narrow(0, start, len).copy_(lse - (probs * z).sum(-1));
+      }
+    }
+    ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["chunk_bytes"] = chunk_bytes;
+    return {logprobs, entropy};
+  }
+
+  // With z = logits / temperature, p = softmax(z), H = -sum p log p:
+  //   d logp[t] / dz_j = onehot_j - p_j,   dH / dz_j = -p_j (log p_j + H).
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hidden_TD = saved[0];
+    const auto& head_VD = saved[1];
+    const auto& targets_T = saved[2];
+    const auto& entropy_T = saved[3];
+    double temperature = ctx->saved_data["temperature"].toDouble();
+    int64_t chunk_bytes = ctx->saved_data["chunk_bytes"].toInt();
+    at::Tensor grad_lp = grads[0], grad_ent = grads[1];
+
+    const int64_t T = hidden_TD.size(0);
+    const int64_t chunk = rows_per_chunk(head_VD.size(0), chunk_bytes);
+    auto grad_hidden = at::empty_like(hidden_TD);
+    auto grad_head = at::zeros(head_VD.sizes(), head_VD.options().dtype(at::kFloat));
+    for (int64_t start = 0; start < T; start += chunk) {
+      int64_t len = std::min(chunk, T - start);
+      auto z = scaled_logits(hidden_TD, head_VD, start, len, temperature);
+      auto log_p = at::log_softmax(z, -1);
+      auto p = log_p.exp();
+      at::Tensor grad_z = at::zeros_like(z);
+      if (grad_lp.defined()) {
+        auto g = grad_lp.narrow(0, start, len).unsqueeze(1);
+        grad_z -= g * p;
+        grad_z.scatter_add_(1, targets_T.narrow(0, start, len).unsqueeze(1), g);
+      }
+      if (grad_ent.defined()) {
+        auto g = grad_ent.narrow(0, start, len).unsqueeze(1);
+        auto H = entropy_T.narrow(0, start, len).unsqueeze(1);
+        grad_z -= g * p * (log_p + H);
+      }
+      if (temperature != 1.0) grad_z /= temperature;
+      auto grad_logits = grad_z.to(hidden_TD.scalar_type());
+      grad_hidden.narrow(0, start, len).copy_(at::mm(grad_logits, head_VD));
+      auto h = hidden_TD.narrow(0, start, len);
+      grad_head += at::mm(grad_logits.t(), h).to(at::kFloat);
+    }
+    return {grad_hidden,  grad_head.to(head_VD.scalar_type()),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+TokenLogProbs token_logprobs(const at::Tensor& hidden_TD, const at::Tensor& head_VD,
+                             const at::Tensor& targets_T, const LogProbOptions& options) {
+  FURLONG_CHECK(hidden_TD.dim() == 2 && head_VD.dim() == 2 && targets_T.dim() == 1 &&
+                    hidden_TD.size(0) == targets_T.size(0) && hidden_TD.size(1) == head_VD.size(1),
+                "token_logprobs: shapes do not agree: hidden ", hidden_TD.sizes(), ", head ",
+                head_VD.sizes(), ", targets ", targets_T.sizes());
+  FURLONG_CHECK(options.temperature > 0, "token_logprobs: temperature must be positive, got ",
+                options.temperature);
+  auto outputs =
+      FusedLogProbs::apply(hidden_TD, head_VD, targets_T.to(at::kLong), options.temperature,
+                           options.with_entropy, options.chunk_bytes);
+  TokenLogProbs result;
+  result.logprobs_T = outputs[0];
+  if (options.with_entropy) result.entropy_T = outputs[1];
+  return result;
+}
+
+}  // namespace furlong::models

@@ -1,0 +1,31 @@
+// Per-token log-probabilities and entropies from final hidden states, in fp32, without
+// materializing the full [T, V] logits: rows are processed in chunks; the backward pass
+// recomputes each chunk's logits instead of keeping them (a fused linear + log-softmax).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace furlong::models {
+
+struct LogProbOptions {
+  // Logits are divided by this before the softmax (the rollout's sampling temperature).
+  double temperature = 1.0;
+  bool with_entropy = true;
+  // Upper bound on the fp32 logits held at once; sets the chunk size as rows per chunk.
+  int64_t chunk_bytes = int64_t{256} << 20;
+};
+
+struct TokenLogProbs {
+  at::Tensor logprobs_T;  // fp32 [T]: log softmax(logits / temperature)[target]
+  at::Tensor entropy_T;   // fp32 [T]: entropy of that distribution (undefined without entropy)
+};
+
+// hidden_TD: final hidden states (after the final norm) of the rows to score; head_VD: the
+// lm_head weight; targets_T: int64 token ids. Logits are computed in the hidden states' dtype
+// (as the model does), then upcast to fp32. Differentiable w.r.t. hidden_TD and head_VD.
+TokenLogProbs token_logprobs(const at::Tensor& hidden_TD, const at::Tensor& head_VD,
+                             const at::Tensor& targets_T, const LogProbOptions& options = {});
+
+}  // namespace furlong::models

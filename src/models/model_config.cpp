@@ -1,0 +1,126 @@
+#include "models/model_config.h"
+
+#include "core/dtype.h"
+
+namespace furlong::models {
+namespace {
+
+int64_t positive_field(const Json& json, const char* key, int64_t fallback,
+                       const std::string& where) {
+  int64_t v = json_get_or<int64_t>(json, key, fallback, where);
+  FURLONG_CHECK(v > 0, where, ": field '", key, "' must be a positive integer, got ", v);
+  return v;
+}
+
+// transformers v5 writes "rope_parameters"; older files have "rope_theta" at the top level and
+// an optional "rope_scaling" dict ("type" or "rope_type").
+RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta,
+                      int64_t max_position_embeddings) {
+  RopeConfig rope;
+  Json params = Json::object();
+  const char* params_key = "rope_parameters";
+  if (json.contains("rope_parameters") && !json["rope_parameters"].is_null()) {
+    params = json["rope_parameters"];
+  } else if (json.contains("rope_scaling") && !json["rope_scaling"].is_null()) {
+    params = json["rope_scaling"];
+    params_key = "rope_scaling";
+  }
+  std::string ctx = where + ": " + params_key;
+  FURLONG_CHECK(params.is_object(), where, ": field '", params_key, "' must be an object, got ",
+                json_type_name(params));
+  rope.theta = json_get_or<double>(json, "rope_theta", default_theta, where);
+  rope.theta = json_get_or<double>(params, "rope_theta", rope.theta, ctx);
+  rope.partial_rotary_factor = json_get_or<double>(json, "partial_rotary_factor", 1.0, where);
+  rope.partial_rotary_factor =
+      json_get_or<double>(params, "partial_rotary_factor", rope.partial_rotary_factor, ctx);
+  rope.type = json_get_or<std::string>(params, "type", "default", ctx);
+  rope.type = json_get_or<std::string>(params, "rope_type", rope.type, ctx);
+  FURLONG_CHECK(rope.theta > 0, where, ": rope_theta must be positive, got ", rope.theta);
+
+  const std::string& t = rope.type;
+  FURLONG_CHECK(t == "default" || t == "linear" || t == "dynamic" || t == "yarn" || t == "llama3",
+                where, ": unsupported rope_type '", t,
+                "'; furlong supports default, linear, dynamic, yarn and llama3");
+  if (t == "default") return rope;
+  rope.factor = json_get<double>(params, "factor", ctx);
+  FURLONG_CHECK(rope.factor >= 1.0, ctx, ": 'factor' must be >= 1, got ", rope.factor);
+  rope.original_max_position_embeddings = json_get_or<int64_t>(
+      json, "original_max_position_embeddings", max_position_embeddings, where);
+  rope.original_max_position_embeddings = json_get_or<int64_t>(
+      params, "original_max_position_embeddings", rope.original_max_position_embeddings, ctx);
+  if (t == "llama3") {
+    rope.low_freq_factor = json_get<double>(params, "low_freq_factor", ctx);
+    rope.high_freq_factor = json_get<double>(params, "high_freq_factor", ctx);
+    FURLONG_CHECK(rope.high_freq_factor > rope.low_freq_factor, ctx,
+                  ": high_freq_factor must exceed low_freq_factor");
+  } else if (t == "yarn") {
+    rope.attention_factor = json_get_optional<double>(params, "attention_factor", ctx);
+    rope.beta_fast = json_get_or<double>(params, "beta_fast", 32.0, ctx);
+    rope.beta_slow = json_get_or<double>(params, "beta_slow", 1.0, ctx);
+    rope.mscale = json_get_optional<double>(params, "mscale", ctx);
+    rope.mscale_all_dim = json_get_optional<double>(params, "mscale_all_dim", ctx);
+    rope.truncate = json_get_or<bool>(params, "truncate", true, ctx);
+  }
+  return rope;
+}
+
+}  // namespace
+
+ModelConfig parse_decoder_config(const Json& json, const std::string& where,
+                                 const ConfigDefaults& defaults) {
+  FURLONG_CHECK(json.is_object(), where, ": expected a JSON object, got ", json_type_name(json));
+  ModelConfig c;
+  c.raw = json;
+  c.model_type = json_get_or<std::string>(json, "model_type", "", where);
+  c.vocab_size = positive_field(json, "vocab_size", defaults.vocab_size, where);
+  c.hidden_size = positive_field(json, "hidden_size", defaults.hidden_size, where);
+  c.intermediate_size =
+      positive_field(json, "intermediate_size", defaults.intermediate_size, where);
+  c.num_hidden_layers =
+      positive_field(json, "num_hidden_layers", defaults.num_hidden_layers, where);
+  c.num_attention_heads =
+      positive_field(json, "num_attention_heads", defaults.num_attention_heads, where);
+  c.num_key_value_heads =
+      positive_field(json, "num_key_value_heads",
+                     defaults.num_key_value_heads.value_or(c.num_attention_heads), where);
+  FURLONG_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, where,
+                ": num_attention_heads (", c.num_attention_heads,
+                ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
+  std::optional<int64_t> head_dim = json_get_optional<int64_t>(json, "head_dim", where);
+  if (!head_dim) head_dim = defaults.head_dim;
+  if (!head_dim) {
+    FURLONG_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": hidden_size (",
+                  c.hidden_size, ") must be a multiple of num_attention_heads (",
+                  c.num_attention_heads, ") when head_dim is not given");
+    head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.head_dim = *head_dim;
+  FURLONG_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, where,
+                ": head_dim must be a positive even number, got ", c.head_dim);
+  c.max_position_embeddings =
+      positive_field(json, "max_position_embeddings", defaults.max_position_embeddings, where);
+  c.rms_norm_eps = json_get_or<double>(json, "rms_norm_eps", defaults.rms_norm_eps, where);
+  FURLONG_CHECK(c.rms_norm_eps > 0, where, ": rms_norm_eps must be positive");
+  c.initializer_range = json_get_or<double>(json, "initializer_range", 0.02, where);
+  c.tie_word_embeddings = json_get_or<bool>(json, "tie_word_embeddings", false, where);
+
+  std::string act = json_get_or<std::string>(json, "hidden_act", "silu", where);
+  FURLONG_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu)");
+  FURLONG_CHECK(!json_get_or<bool>(json, "use_sliding_window", false, where), where,
+                ": use_sliding_window=true is not supported by furlong yet");
+  double dropout = json_get_or<double>(json, "attention_dropout", 0.0, where);
+  FURLONG_CHECK(dropout == 0.0, where, ": attention_dropout must be 0 (got ", dropout, ")");
+  int64_t tp = json_get_or<int64_t>(json, "pretraining_tp", 1, where);
+  FURLONG_CHECK(tp == 1, where, ": pretraining_tp=", tp, " is not supported (only 1)");
+
+  c.rope = parse_rope(json, where, defaults.rope_theta, c.max_position_embeddings);
+  FURLONG_CHECK(c.rope.partial_rotary_factor == 1.0, where,
+                ": partial_rotary_factor != 1 is not supported");
+
+  std::string dtype = json_get_or<std::string>(json, "torch_dtype", "float32", where);
+  dtype = json_get_or<std::string>(json, "dtype", dtype, where);
+  c.dtype = parse_dtype(dtype, where + ": field 'torch_dtype'");
+  return c;
+}
+
+}  // namespace furlong::models

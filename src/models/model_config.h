@@ -1,0 +1,86 @@
+// The model hyper-parameters furlong reads from a HF config.json.
+//
+// Every architecture file parses its own config (its defaults are those of the matching
+// transformers config class, so a config.json that omits a field means the same thing to both),
+// using the shared helpers below for the fields the Llama family has in common.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+
+namespace furlong::models {
+
+// Rotary position embedding parameters: transformers' "rope_parameters" (v5) or the older
+// top-level "rope_theta" + "rope_scaling" spelling.
+struct RopeConfig {
+  std::string type = "default";  // default | linear | dynamic | yarn | llama3
+  double theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  double factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  // llama3 / yarn
+  int64_t original_max_position_embeddings = 0;
+  // yarn
+  std::optional<double> attention_factor;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  bool truncate = true;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // e.g. "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  // Structure switches the architecture file sets (not all are config fields).
+  bool qkv_bias = false;
+  bool o_proj_bias = false;
+  bool mlp_bias = false;
+  bool qk_norm = false;
+  RopeConfig rope;
+  // The checkpoint dtype ("torch_dtype" / "dtype"), float32 when absent.
+  c10::ScalarType dtype = c10::kFloat;
+  // The config.json as read; kept so exports write back every field.
+  Json raw;
+};
+
+// Defaults of the transformers config class an architecture mirrors.
+struct ConfigDefaults {
+  int64_t vocab_size;
+  int64_t hidden_size;
+  int64_t intermediate_size;
+  int64_t num_hidden_layers;
+  int64_t num_attention_heads;
+  std::optional<int64_t> num_key_value_heads;  // nullopt -> num_attention_heads
+  std::optional<int64_t> head_dim;             // nullopt -> hidden_size / num_attention_heads
+  int64_t max_position_embeddings;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+};
+
+// Reads the Llama-family fields with `defaults` for absent ones, validates them (positive
+// sizes, heads divide evenly, activation is silu, no sliding window) and returns the config.
+// `where` names the file in errors.
+ModelConfig parse_decoder_config(const Json& json, const std::string& where,
+                                 const ConfigDefaults& defaults);
+
+}  // namespace furlong::models

@@ -1,0 +1,163 @@
+// Flag table semantics: defaults < YAML < command line, --x/--no-x for every boolean, typed
+// parsing, unknown flags and YAML keys rejected with a did-you-mean hint.
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+#include "config/flags.h"
+#include "core/error.h"
+#include "core/files.h"
+
+namespace furlong::config {
+namespace {
+
+struct Options {
+  double lr = 1e-6;
+  double weight_decay = 0.0;
+  int64_t global_batch_size = 64;
+  bool keep_fp32_master = true;
+  bool colocate = false;
+  std::string mode = "sft";
+  std::optional<int64_t> lr_decay_iters;
+  std::vector<std::string> stop;
+  std::vector<int64_t> stop_token_ids;
+};
+
+FlagSet make_flags(Options& o) {
+  FlagSet f("furlong test");
+  f.add("lr", &o.lr, "peak learning rate");
+  f.add("weight-decay", &o.weight_decay, "AdamW weight decay");
+  f.add("global-batch-size", &o.global_batch_size, "samples per step");
+  f.add("keep-fp32-master", &o.keep_fp32_master, "fp32 master weights");
+  f.add("colocate", &o.colocate, "share devices");
+  f.add("mode", &o.mode, "loss").choices = {"sft", "rl"};
+  f.add("lr-decay-iters", &o.lr_decay_iters, "decay length");
+  f.add("stop", &o.stop, "stop strings");
+  f.add("stop-token-ids", &o.stop_token_ids, "stop ids");
+  return f;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Flags, DefaultsAreTheFieldValues) {
+  Options o;
+  auto f = make_flags(o);
+  ASSERT_TRUE(f.parse({}));
+  EXPECT_EQ(o.lr, 1e-6);
+  EXPECT_TRUE(o.keep_fp32_master);
+  EXPECT_EQ(f.origin("lr"), "default");
+}
+
+TEST(Flags, CommandLineBeatsYamlBeatsDefaults) {
+  auto dir = testing::scratch_dir();
+  write_file_atomic(dir / "c.yaml",
+                    "lr: 3.0e-5\nweight_decay: 0.1\nkeep_fp32_master: false\ncolocate: true\n"
+                    "stop: [\"</s>\", \"\\n\\n\"]\nlr-decay-iters: 100\n");
+  Options o;
+  auto f = make_flags(o);
+  ASSERT_TRUE(f.parse({"--config", (dir / "c.yaml").string(), "--lr", "1e-4", "--no-colocate"}));
+  EXPECT_EQ(o.lr, 1e-4);               // CLI over YAML
+  EXPECT_EQ(o.weight_decay, 0.1);      // YAML over default
+  EXPECT_FALSE(o.keep_fp32_master);    // YAML turns a true default off
+  EXPECT_FALSE(o.colocate);            // CLI --no-x over YAML true
+  EXPECT_EQ(o.global_batch_size, 64);  // default
+  EXPECT_EQ(o.stop, (std::vector<std::string>{"</s>", "\n\n"}));
+  EXPECT_EQ(o.lr_decay_iters, 100);
+  EXPECT_EQ(f.origin("lr"), "cli");
+  EXPECT_EQ(f.origin("weight-decay"), "yaml");
+}
+
+TEST(Flags, BooleansHaveBothForms) {
+  Options o;
+  auto f = make_flags(o);
+  ASSERT_TRUE(f.parse({"--no-keep-fp32-master", "--colocate"}));
+  EXPECT_FALSE(o.keep_fp32_master);
+  EXPECT_TRUE(o.colocate);
+  Options o2;
+  auto f2 = make_flags(o2);
+  ASSERT_TRUE(f2.parse({"--keep-fp32-master=false"}));
+  EXPECT_FALSE(o2.keep_fp32_master);
+}
+
+TEST(Flags, ListsOptionalsAndInlineValues) {
+  Options o;
+  auto f = make_flags(o);
+  ASSERT_TRUE(f.parse(
+      {"--stop-token-ids", "1", "-2", "3", "--global-batch-size=8", "--lr-decay-iters", "none"}));
+  EXPECT_EQ(o.stop_token_ids, (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(o.global_batch_size, 8);
+  EXPECT_FALSE(o.lr_decay_iters.has_value());
+}
+
+TEST(Flags, UnknownFlagsAndYamlKeysGetDidYouMean) {
+  Options o;
+  auto f = make_flags(o);
+  auto msg = error_of([&] { f.parse({"--weight-decy", "0.1"}); });
+  EXPECT_NE(msg.find("unknown flag --weight-decy (did you mean --weight-decay?)"),
+            std::string::npos)
+      << msg;
+  auto dir = testing::scratch_dir();
+  write_file_atomic(dir / "bad.yaml", "weight_decy: 0.1\nzzz_unrelated_key: 1\nlr: 2\n");
+  Options o2;
+  auto f2 = make_flags(o2);
+  msg = error_of([&] { f2.parse({"--config", (dir / "bad.yaml").string()}); });
+  EXPECT_NE(msg.find("unknown key(s) in the YAML config: 'weight_decy' (did you mean "
+                     "'weight_decay'?), 'zzz_unrelated_key'"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(o2.lr, 1e-6) << "nothing is applied when the file has unknown keys";
+}
+
+TEST(Flags, TypeChoiceAndMissingValueErrorsNameTheFlag) {
+  Options o;
+  auto f = make_flags(o);
+  EXPECT_NE(error_of([&] {
+              f.parse({"--lr", "fast"});
+            }).find("--lr: expected a number, got 'fast'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              f.parse({"--global-batch-size", "1.5"});
+            }).find("--global-batch-size: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              f.parse({"--mode", "ppo"});
+            }).find("invalid choice 'ppo'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { f.parse({"--lr"}); }).find("--lr: missing value"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument 'stray'"),
+            std::string::npos);
+  auto dir = testing::scratch_dir();
+  write_file_atomic(dir / "t.yaml", "global_batch_size: many\n");
+  EXPECT_NE(error_of([&] {
+              f.parse({"--config", (dir / "t.yaml").string()});
+            }).find("key 'global-batch-size': expected an integer, got 'many'"),
+            std::string::npos);
+  write_file_atomic(dir / "broken.yaml", "lr: [1, 2\n");
+  EXPECT_NE(error_of([&] {
+              f.parse({"--config", (dir / "broken.yaml").string()});
+            }).find("invalid YAML"),
+            std::string::npos);
+}
+
+TEST(Flags, RequiredFlagsAreEnforcedAndHelpListsEveryFlag) {
+  std::string input;
+  FlagSet f("furlong x");
+  f.add("input", &input, "the input").required = true;
+  EXPECT_NE(error_of([&] { f.parse({}); }).find("missing required flag --input"),
+            std::string::npos);
+  Options o;
+  auto g = make_flags(o);
+  auto help = g.help_text();
+  for (const auto& flag : g.flags()) EXPECT_NE(help.find(flag.name), std::string::npos);
+  EXPECT_NE(help.find("--[no-]keep-fp32-master"), std::string::npos);
+  EXPECT_NE(g.markdown_reference().find("`--[no-]colocate`"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace furlong::config

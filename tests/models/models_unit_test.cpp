@@ -1,0 +1,221 @@
+// Unit tests for src/models that need no oracle: construction on the meta device, config
+// validation messages, rope config spellings, activation checkpointing, the fused log-prob
+// kernel against plain autograd, initialization, and checkpoint loading errors.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "common/test_util.h"
+#include "core/files.h"
+#include "models/hf_model.h"
+#include "models/logprobs.h"
+#include "models/registry.h"
+
+namespace furlong::models {
+namespace {
+
+Json small_config(const std::string& arch = "Qwen3ForCausalLM") {
+  return Json{{"architectures", {arch}},  {"vocab_size", 50},       {"hidden_size", 32},
+              {"intermediate_size", 48},  {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 8},          {"max_position_embeddings", 64},
+              {"initializer_range", 0.2}};
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::unique_ptr<CausalLM> random_model(const Json& cfg, uint64_t seed = 0) {
+  auto model = create_model(cfg, "test");
+  model->materialize(at::kFloat);
+  init_weights(*model, seed);
+  return model;
+}
+
+TEST(Models, ConstructOnMetaDeviceAllocatesNothing) {
+  for (const auto& arch : {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"}) {
+    auto model = create_model(small_config(arch), "cfg");
+    EXPECT_FALSE(model->materialized());
+    model->materialize(at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16));
+    for (const auto& [name, t] : model->named_weights()) {
+      EXPECT_TRUE(t.is_meta()) << name;
+    }
+    EXPECT_EQ(model->units().size(), 2u + 2u);  // embed, 2 blocks, final
+  }
+}
+
+TEST(Models, ParameterLayoutFollowsArchitecture) {
+  auto qwen3 = create_model(small_config("Qwen3ForCausalLM"), "cfg");
+  auto qwen2 = create_model(small_config("Qwen2ForCausalLM"), "cfg");
+  auto names = [](const CausalLM& m) {
+    std::set<std::string> out;
+    for (const auto& u : m.units())
+      for (const auto& p : u.params) out.insert(p.name);
+    return out;
+  };
+  EXPECT_TRUE(names(*qwen3).count("model.layers.1.self_attn.q_norm.weight"));
+  EXPECT_FALSE(names(*qwen3).count("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_TRUE(names(*qwen2).count("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_FALSE(names(*qwen2).count("model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_TRUE(names(*qwen3).count("lm_head.weight"));
+  auto tied_cfg = small_config();
+  tied_cfg["tie_word_embeddings"] = true;
+  EXPECT_FALSE(names(*create_model(tied_cfg, "cfg")).count("lm_head.weight"));
+  // Qwen3 q_proj is [N*H, D] with the explicit head_dim.
+  auto [u, i] = qwen3->locate("model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(qwen3->units()[u].params[i].shape, (std::vector<int64_t>{32, 32}));
+}
+
+TEST(Models, ConfigErrorsNameTheFileAndField) {
+  auto cfg = small_config();
+  cfg["architectures"] = {"Qwen3ForCausalLn"};
+  auto msg = error_of([&] { create_model(cfg, "m/config.json"); });
+  EXPECT_NE(msg.find("m/config.json: unsupported architecture 'Qwen3ForCausalLn'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("did you mean Qwen3ForCausalLM"), std::string::npos) << msg;
+
+  cfg = small_config();
+  cfg["num_key_value_heads"] = 3;
+  msg = error_of([&] { create_model(cfg, "c.json"); });
+  EXPECT_NE(msg.find("must be a multiple of num_key_value_heads (3)"), std::string::npos) << msg;
+
+  cfg = small_config();
+  cfg["hidden_size"] = "32";
+  msg = error_of([&] { create_model(cfg, "c.json"); });
+  EXPECT_NE(msg.find("c.json: field 'hidden_size' must be an integer"), std::string::npos) << msg;
+
+  cfg = small_config();
+  cfg["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
+  msg = error_of([&] { create_model(cfg, "c.json"); });
+  EXPECT_NE(msg.find("unsupported rope_type 'longrope'"), std::string::npos) << msg;
+
+  cfg = small_config();
+  cfg["hidden_act"] = "gelu";
+  msg = error_of([&] { create_model(cfg, "c.json"); });
+  EXPECT_NE(msg.find("hidden_act 'gelu' is not supported"), std::string::npos) << msg;
+}
+
+TEST(Models, OldAndNewRopeSpellingsAgree) {
+  auto old_style = small_config("LlamaForCausalLM");
+  old_style["rope_theta"] = 500000.0;
+  old_style["rope_scaling"] = {{"type", "llama3"},
+                               {"factor", 8.0},
+                               {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 4.0},
+                               {"original_max_position_embeddings", 16}};
+  auto new_style = small_config("LlamaForCausalLM");
+  new_style["rope_parameters"] = {
+      {"rope_type", "llama3"},   {"rope_theta", 500000.0},
+      {"factor", 8.0},           {"low_freq_factor", 1.0},
+      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+  auto a = create_model(old_style, "old")->config();
+  auto b = create_model(new_style, "new")->config();
+  auto ra = RotaryEmbedding::create(a), rb = RotaryEmbedding::create(b);
+  EXPECT_TRUE(at::equal(ra.inv_freq, rb.inv_freq));
+  auto plain =
+      RotaryEmbedding::create(create_model(small_config("LlamaForCausalLM"), "p")->config());
+  EXPECT_FALSE(at::equal(ra.inv_freq, plain.inv_freq));
+}
+
+TEST(Models, ActivationCheckpointingGivesIdenticalGradients) {
+  auto batch = PackedBatch::from_documents({{1, 5, 7, 9, 2}, {3, 3, 8}});
+  std::vector<at::Tensor> grads[2];
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    auto model = random_model(small_config(), 7);
+    model->set_requires_grad(true);
+    auto logits = model->forward_logits(batch, {.activation_checkpointing = ckpt == 1});
+    at::log_softmax(logits, -1).select(1, 4).sum().backward();
+    for (const auto& [name, t] : model->named_weights()) grads[ckpt].push_back(t.grad());
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_TRUE(at::allclose(grads[0][i], grads[1][i], 0, 1e-7)) << i;
+  }
+}
+
+TEST(Models, FusedLogprobsMatchPlainAutogradIncludingEntropyAndTemperature) {
+  at::manual_seed(3);
+  auto hidden = at::randn({37, 16}, at::kDouble).requires_grad_(true);
+  auto head = at::randn({29, 16}, at::kDouble).requires_grad_(true);
+  auto targets = at::randint(0, 29, {37}, at::kLong);
+  auto grad_lp = at::randn({37}, at::kDouble), grad_ent = at::randn({37}, at::kDouble);
+  for (int64_t chunk_bytes : {int64_t{1}, int64_t{1} << 30}) {  // 1 row per chunk, one chunk
+    SCOPED_TRACE(chunk_bytes);
+    auto fused =
+        token_logprobs(hidden, head, targets,
+                       {.temperature = 0.7, .with_entropy = true, .chunk_bytes = chunk_bytes});
+    torch::autograd::backward({fused.logprobs_T, fused.entropy_T},
+                              {grad_lp.to(at::kFloat), grad_ent.to(at::kFloat)});
+    auto fused_gh = hidden.grad().clone(), fused_gw = head.grad().clone();
+    hidden.mutable_grad() = at::Tensor();
+    head.mutable_grad() = at::Tensor();
+
+    auto z = at::linear(hidden, head) / 0.7;
+    auto logp = at::log_softmax(z, -1);
+    auto lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+    auto ent = -(logp.exp() * logp).sum(-1);
+    // The fused kernel works in fp32 (the reference here in fp64): fp32 rounding of values of
+    // magnitude ~10 is ~1e-6.
+    EXPECT_LE(testing::max_abs_diff(fused.logprobs_T, lp), 2e-5);
+    EXPECT_LE(testing::max_abs_diff(fused.entropy_T, ent), 2e-5);
+    torch::autograd::backward({lp, ent}, {grad_lp, grad_ent});
+    EXPECT_LE(testing::max_abs_diff(fused_gh, hidden.grad()), 1e-4);
+    EXPECT_LE(testing::max_abs_diff(fused_gw, head.grad()), 1e-4);
+    hidden.mutable_grad() = at::Tensor();
+    head.mutable_grad() = at::Tensor();
+  }
+}
+
+TEST(Models, InitIsDeterministicPerSeedAndFollowsHfScheme) {
+  auto a = random_model(small_config(), 11), b = random_model(small_config(), 11);
+  auto c = random_model(small_config(), 12);
+  auto wa = a->named_weights(), wb = b->named_weights(), wc = c->named_weights();
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::equal(wa[i].second, wb[i].second));
+  EXPECT_FALSE(
+      at::equal(a->weight("model.embed_tokens.weight"), c->weight("model.embed_tokens.weight")));
+  EXPECT_TRUE(at::equal(a->weight("model.norm.weight"), at::ones({32})));
+  double std_dev = a->weight("model.layers.0.mlp.up_proj.weight").std().item<double>();
+  EXPECT_NEAR(std_dev, 0.2, 0.02);
+}
+
+TEST(Models, SavedDirectoryReloadsIdenticallyAndLoadErrorsNameTheTensor) {
+  auto dir = testing::scratch_dir();
+  auto model = random_model(small_config(), 5);
+  save_hf_model(*model, dir / "m", at::kFloat);
+  auto reloaded = load_hf_model(dir / "m");
+  auto wa = model->named_weights(), wb = reloaded->named_weights();
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::equal(wa[i].second, wb[i].second));
+
+  // A config that implies another shape than the file holds.
+  auto cfg = read_json_file(dir / "m" / "config.json");
+  cfg["intermediate_size"] = 40;
+  write_file_atomic(dir / "m" / "config.json", cfg.dump());
+  auto msg = error_of([&] { load_hf_model(dir / "m"); });
+  EXPECT_NE(msg.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [48, 32] but "
+                     "config.json implies [40, 32]"),
+            std::string::npos)
+      << msg;
+
+  // A missing tensor.
+  io::NamedTensors partial;
+  for (auto& [name, t] : model->named_weights())
+    if (name != "model.norm.weight") partial.emplace_back(name, t);
+  std::filesystem::create_directories(dir / "p");
+  io::save_hf_weights(dir / "p", partial);
+  write_file_atomic(dir / "p" / "config.json", small_config().dump());
+  msg = error_of([&] { load_hf_model(dir / "p"); });
+  EXPECT_NE(msg.find("tensor 'model.norm.weight' is missing"), std::string::npos) << msg;
+
+  msg = error_of([&] { load_hf_model(dir / "nope"); });
+  EXPECT_NE(msg.find("nope: not a directory"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace furlong::models
