@@ -34,7 +34,8 @@ c10::ScalarType dtype_from_safetensors(std::string_view name, const std::string&
 std::string dtype_to_safetensors(c10::ScalarType dtype);
 
 // A validated, memory-mapped safetensors file. Tensors returned by tensor() are CPU views into
-// the mapping that keep it alive; they must not be written to (clone first).
+// the mapping that keep it alive; they must not be written to (the mapping is read-only, so an
+// in-place op on a view faults: clone first).
 class SafetensorsFile {
  public:
   static std::shared_ptr<SafetensorsFile> open(const std::filesystem::path& path);
@@ -43,26 +44,30 @@ class SafetensorsFile {
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // In data order (ascending offsets).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr if absent.
   const TensorInfo* find(std::string_view name) const;
-  // Error naming the file if absent.
+  // Error naming the file if absent. A tensor whose bytes are not aligned for its dtype inside
+  // the mapping (possible in files from other writers) is returned as an aligned copy.
   at::Tensor tensor(std::string_view name) const;
 
  private:
+  struct Mapping;  // the mmap'd file; shared with every view handed out
   SafetensorsFile() = default;
+  static std::shared_ptr<const Mapping> map_file(const std::filesystem::path& path);
   std::filesystem::path path_;
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, size_t> index_;
+  std::map<std::string, size_t, std::less<>> index_;
   std::map<std::string, std::string> metadata_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
-  size_t data_start_ = 0;
+  std::shared_ptr<const Mapping> mapping_;
+  size_t data_start_ = 0;  // 8 + header length
 };
 
 // Parses and validates a header (the JSON text) against a data buffer of `data_size` bytes.
-// Exposed for tests and fuzzing; `where` names the file in errors.
+// Exposed for tests and fuzzing; `where` names the file in errors. Returns tensors in data
+// order (ascending offsets); `metadata` (may be null) receives "__metadata__".
 std::vector<TensorInfo> parse_safetensors_header(std::string_view header_json, uint64_t data_size,
                                                  const std::string& where,
                                                  std::map<std::string, std::string>* metadata);
@@ -88,8 +93,10 @@ class HfWeights {
   // The file holding `name` (for error messages).
   std::filesystem::path file_of(std::string_view name) const;
   at::Tensor get(std::string_view name) const;
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
+  std::filesystem::path dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t, std::less<>> owner_;  // tensor name -> index in files_
 };
