@@ -1,6 +1,7 @@
 #include "models/logprobs.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -18,24 +19,28 @@ int64_t rows_per_chunk(int64_t vocab, int64_t chunk_bytes) {
   return std::max<int64_t>(1, chunk_bytes / (vocab * 4 * 2));
 }
 
-// fp32 logits / temperature for rows [start, start + len).
-at::Tensor scaled_logits(const at::Tensor& hidden_TD, const at::Tensor& head_VD, int64_t start,
-                         int64_t len, double temperature) {
-  auto logits = at::linear(hidden_TD.narrow(0, start, len), head_VD).to(at::kFloat);
-  return temperature == 1.0 ? logits : logits / temperature;
+// fp32 logits / temperature from logits in the compute dtype.
+at::Tensor scale(const at::Tensor& logits, double temperature) {
+  auto z = logits.to(at::kFloat);
+  return temperature == 1.0 ? z : z / temperature;
 }
 
 struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden_TD,
                                const at::Tensor& head_VD, const at::Tensor& targets_T,
-                               double temperature, bool with_entropy, int64_t chunk_bytes) {
-    const int64_t T = hidden_TD.size(0);
-    const int64_t chunk = rows_per_chunk(head_VD.size(0), chunk_bytes);
+                               double temperature, bool with_entropy, int64_t chunk_bytes,
+                               int64_t saved_logits_bytes) {
+    const int64_t T = hidden_TD.size(0), V = head_VD.size(0);
+    const int64_t chunk = rows_per_chunk(V, chunk_bytes);
     auto logprobs = at::empty({T}, hidden_TD.options().dtype(at::kFloat));
     auto entropy = at::zeros({T}, hidden_TD.options().dtype(at::kFloat));
+    bool keep = T * V * static_cast<int64_t>(hidden_TD.element_size()) <= saved_logits_bytes;
+    at::Tensor saved_logits_TV = keep ? at::empty({T, V}, hidden_TD.options()) : at::Tensor();
     for (int64_t start = 0; start < T; start += chunk) {
       int64_t len = std::min(chunk, T - start);
-      auto z = scaled_logits(hidden_TD, head_VD, start, len, temperature);
+      auto logits = at::linear(hidden_TD.narrow(0, start, len), head_VD);
+      if (keep) saved_logits_TV.narrow(0, start, len).copy_(logits);
+      auto z = scale(logits, temperature);
       auto lse = at::logsumexp(z, -1);
       auto target_z = z.gather(1, targets_T.narrow(0, start, len).unsqueeze(1)).squeeze(1);
       logprobs.narrow(0, start, len).copy_(target_z - lse);
@@ -44,7 +49,7 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
         entropy.narrow(0, start, len).copy_(lse - (probs * z).sum(-1));
       }
     }
-    ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy});
+    ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy, saved_logits_TV});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk_bytes"] = chunk_bytes;
     return {logprobs, entropy};
@@ -58,6 +63,7 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
     const auto& head_VD = saved[1];
     const auto& targets_T = saved[2];
     const auto& entropy_T = saved[3];
+    const auto& saved_logits_TV = saved[4];
     double temperature = ctx->saved_data["temperature"].toDouble();
     int64_t chunk_bytes = ctx->saved_data["chunk_bytes"].toInt();
     at::Tensor grad_lp = grads[0], grad_ent = grads[1];
@@ -68,7 +74,10 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
     auto grad_head = at::zeros(head_VD.sizes(), head_VD.options().dtype(at::kFloat));
     for (int64_t start = 0; start < T; start += chunk) {
       int64_t len = std::min(chunk, T - start);
-      auto z = scaled_logits(hidden_TD, head_VD, start, len, temperature);
+      auto logits = saved_logits_TV.defined()
+                        ? saved_logits_TV.narrow(0, start, len)
+                        : at::linear(hidden_TD.narrow(0, start, len), head_VD);
+      auto z = scale(logits, temperature);
       auto log_p = at::log_softmax(z, -1);
       auto p = log_p.exp();
       at::Tensor grad_z = at::zeros_like(z);
@@ -88,9 +97,11 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
       auto h = hidden_TD.narrow(0, start, len);
       grad_head += at::mm(grad_logits.t(), h).to(at::kFloat);
     }
+    // One gradient per forward input: hidden, head, then none for the non-differentiable ones.
     return {grad_hidden,  grad_head.to(head_VD.scalar_type()),
             at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -104,9 +115,12 @@ TokenLogProbs token_logprobs(const at::Tensor& hidden_TD, const at::Tensor& head
                 head_VD.sizes(), ", targets ", targets_T.sizes());
   FURLONG_CHECK(options.temperature > 0, "token_logprobs: temperature must be positive, got ",
                 options.temperature);
-  auto outputs =
-      FusedLogProbs::apply(hidden_TD, head_VD, targets_T.to(at::kLong), options.temperature,
-                           options.with_entropy, options.chunk_bytes);
+  // Keep logits for backward only if there will be one.
+  bool differentiable =
+      c10::GradMode::is_enabled() && (hidden_TD.requires_grad() || head_VD.requires_grad());
+  auto outputs = FusedLogProbs::apply(
+      hidden_TD, head_VD, targets_T.to(at::kLong), options.temperature, options.with_entropy,
+      options.chunk_bytes, differentiable ? options.saved_logits_bytes : 0);
   TokenLogProbs result;
   result.logprobs_T = outputs[0];
   if (options.with_entropy) result.entropy_T = outputs[1];

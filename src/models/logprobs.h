@@ -1,6 +1,7 @@
 // Per-token log-probabilities and entropies from final hidden states, in fp32, without
-// materializing the full [T, V] logits: rows are processed in chunks; the backward pass
-// recomputes each chunk's logits instead of keeping them (a fused linear + log-softmax).
+// materializing the full [T, V] fp32 logits: rows are processed in chunks (a fused linear +
+// log-softmax). For backward, logits are kept in the compute dtype when small enough, else
+// recomputed chunk by chunk.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +16,9 @@ struct LogProbOptions {
   bool with_entropy = true;
   // Upper bound on the fp32 logits held at once; sets the chunk size as rows per chunk.
   int64_t chunk_bytes = int64_t{256} << 20;
+  // Logits (in the hidden states' dtype) up to this size are kept from forward for backward;
+  // larger ones are recomputed chunk by chunk in backward (one extra matmul, no [T, V] memory).
+  int64_t saved_logits_bytes = int64_t{1} << 30;
 };
 
 struct TokenLogProbs {
