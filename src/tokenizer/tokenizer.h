@@ -1,7 +1,13 @@
 // A HuggingFace tokenizer loaded from tokenizer.json (+ tokenizer_config.json): byte-level BPE
 // with the Split pre-tokenizer regexes (Unicode classes), the NFC normalizer, added/special
 // tokens matched before BPE, and the ByteLevel decoder. Exact (same ids) as HF `tokenizers`
-// on Qwen2/Qwen3 and Llama 3 files.
+// on Qwen2/Qwen3 and Llama 3 files. Thread-safe: one Tokenizer may encode/decode from many
+// threads at once (its BPE cache is internally synchronized).
+//
+// Deliberate differences from HF: encode rejects invalid UTF-8 with furlong::Error (HF's Python
+// API only accepts valid str), and decode rejects ids that name no token (HF drops them).
+// Load errors (malformed JSON, unsupported model/normalizer/pre-tokenizer/decoder types, merges
+// naming unknown tokens, bad regexes) are furlong::Error messages naming the file and field.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +33,12 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   // add_special_tokens applies the post-processor as HF `encode(..., add_special_tokens=True)`
-  // does (e.g. a BOS token where the tokenizer's template adds one).
+  // does (e.g. a BOS token where the tokenizer's template adds one). `text` must be valid UTF-8
+  // (else furlong::Error naming the offset of the first bad byte).
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = false) const;
   // Concatenated bytes of the tokens; invalid UTF-8 (a character split across a boundary that
-  // is not completed) is replaced by U+FFFD exactly as HF decode does.
+  // is not completed) is replaced by U+FFFD exactly as HF decode does. An id outside the
+  // vocabulary is a furlong::Error.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
 
   // Number of ids (max id + 1 over the vocab and added tokens).
@@ -39,7 +47,8 @@ class Tokenizer {
   std::optional<std::string> id_to_token(int64_t id) const;
   bool is_special(int64_t id) const;
 
-  // From tokenizer_config.json (None where it is null or absent).
+  // From tokenizer_config.json (None where it is null or absent). The value may be a string or
+  // an AddedToken object {"content": ...}; a token missing from the vocabulary is a load error.
   std::optional<int64_t> eos_token_id() const;
   std::optional<int64_t> bos_token_id() const;
   std::optional<int64_t> pad_token_id() const;
@@ -50,6 +59,7 @@ class Tokenizer {
   const nlohmann::json& config() const;
 
  private:
+  friend class StreamDecoder;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -67,7 +77,8 @@ class StreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
-  std::string pending_;
+  std::string pending_;   // decoded bytes not yet returned (an incomplete UTF-8 character)
+  bool started_ = false;  // whether a token was emitted (decoders that join tokens with " ")
 };
 
 }  // namespace furlong::tokenizer
