@@ -263,8 +263,8 @@ void FlagSet::fail_unknown(const std::string& name, const std::string& where) co
   std::vector<std::string> names;
   for (const auto& f : flags_) names.push_back(f.name);
   auto hint = closest_match(name, names);
-  FURLONG_FAIL(where, ": unknown flag --", name, hint ? " (did you mean --" + *hint + "?)" : "",
-               "; see `", command_, " --help`");
+  FURLONG_FAIL("unknown flag --", name, hint ? " (did you mean --" + *hint + "?)" : "", "; see `",
+               where, " --help`");
 }
 
 void FlagSet::apply_yaml_file(const std::string& path) {

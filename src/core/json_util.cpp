@@ -19,11 +19,10 @@ std::string line_and_column(std::string_view text, size_t byte) {
   return "line " + std::to_string(line) + " column " + std::to_string(column);
 }
 
-}  // namespace
-
-Json parse_json(std::string_view text, const std::string& where) {
+template <typename J>
+J parse_any(std::string_view text, const std::string& where) {
   try {
-    return Json::parse(text.begin(), text.end());
+    return J::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& e) {
     std::string reason = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
@@ -34,36 +33,66 @@ Json parse_json(std::string_view text, const std::string& where) {
   }
 }
 
+}  // namespace
+
+Json parse_json(std::string_view text, const std::string& where) {
+  return parse_any<Json>(text, where);
+}
+
+OrderedJson parse_ordered_json(std::string_view text, const std::string& where) {
+  return parse_any<OrderedJson>(text, where);
+}
+
 Json read_json_file(const std::filesystem::path& path) {
   return parse_json(read_file(path), path.string());
 }
 
-std::string json_type_name(const Json& value) {
+namespace {
+
+template <typename J>
+std::string type_name(const J& value) {
+  using value_t = nlohmann::json::value_t;
   switch (value.type()) {
-    case Json::value_t::null:
+    case value_t::null:
       return "null";
-    case Json::value_t::boolean:
+    case value_t::boolean:
       return "boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
+    case value_t::number_integer:
+    case value_t::number_unsigned:
       return "integer";
-    case Json::value_t::number_float:
+    case value_t::number_float:
       return "number";
-    case Json::value_t::string:
+    case value_t::string:
       return "string";
-    case Json::value_t::array:
+    case value_t::array:
       return "array";
-    case Json::value_t::object:
+    case value_t::object:
       return "object";
     default:
       return "value";
   }
 }
 
-std::string json_excerpt(const Json& value) {
-  std::string s = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+template <typename J>
+std::string excerpt(const J& value) {
+  std::string s = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
+}
+
+}  // namespace
+
+std::string json_type_name(const Json& value) {
+  return type_name(value);
+}
+std::string json_type_name(const OrderedJson& value) {
+  return type_name(value);
+}
+std::string json_excerpt(const Json& value) {
+  return excerpt(value);
+}
+std::string json_excerpt(const OrderedJson& value) {
+  return excerpt(value);
 }
 
 }  // namespace furlong

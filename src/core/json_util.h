@@ -17,31 +17,38 @@
 namespace furlong {
 
 using Json = nlohmann::json;
+// Objects keep their key order, as Python dicts do: for JSONL rows, so that rows written back
+// read like their inputs and chat templates see tool arguments in the order given. (Plain Json
+// for big files such as tokenizer.json: ordered objects look keys up linearly.)
+using OrderedJson = nlohmann::ordered_json;
 
 // `where` names the source in messages (a path, "line 3 of in.jsonl", ...).
 Json parse_json(std::string_view text, const std::string& where);
+OrderedJson parse_ordered_json(std::string_view text, const std::string& where);
 Json read_json_file(const std::filesystem::path& path);
 std::string json_type_name(const Json& value);
+std::string json_type_name(const OrderedJson& value);
 // A short rendering of a value for error messages (truncated).
 std::string json_excerpt(const Json& value);
+std::string json_excerpt(const OrderedJson& value);
 
 namespace detail {
-template <typename T>
-bool json_holds(const Json& v);
+template <typename T, typename J>
+bool json_holds(const J& v);
 template <typename T>
 const char* json_expected_name();
 }  // namespace detail
 
-template <typename T>
-T json_as(const Json& value, std::string_view field, const std::string& where) {
+template <typename T, typename J>
+T json_as(const J& value, std::string_view field, const std::string& where) {
   FURLONG_CHECK(detail::json_holds<T>(value), where, ": field '", field, "' must be ",
                 detail::json_expected_name<T>(), ", got ", json_type_name(value), " ",
                 json_excerpt(value));
-  return value.get<T>();
+  return value.template get<T>();
 }
 
-template <typename T>
-T json_get(const Json& obj, std::string_view field, const std::string& where) {
+template <typename T, typename J>
+T json_get(const J& obj, std::string_view field, const std::string& where) {
   FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
   auto it = obj.find(field);
   FURLONG_CHECK(it != obj.end(), where, ": required field '", field, "' is missing");
@@ -49,17 +56,16 @@ T json_get(const Json& obj, std::string_view field, const std::string& where) {
 }
 
 // Missing or null -> fallback.
-template <typename T>
-T json_get_or(const Json& obj, std::string_view field, T fallback, const std::string& where) {
+template <typename T, typename J>
+T json_get_or(const J& obj, std::string_view field, T fallback, const std::string& where) {
   FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
   auto it = obj.find(field);
   if (it == obj.end() || it->is_null()) return fallback;
   return json_as<T>(*it, field, where);
 }
 
-template <typename T>
-std::optional<T> json_get_optional(const Json& obj, std::string_view field,
-                                   const std::string& where) {
+template <typename T, typename J>
+std::optional<T> json_get_optional(const J& obj, std::string_view field, const std::string& where) {
   FURLONG_CHECK(obj.is_object(), where, ": expected a JSON object, got ", json_type_name(obj));
   auto it = obj.find(field);
   if (it == obj.end() || it->is_null()) return std::nullopt;
@@ -67,14 +73,14 @@ std::optional<T> json_get_optional(const Json& obj, std::string_view field,
 }
 
 namespace detail {
-template <typename T>
-bool json_holds(const Json& v) {
+template <typename T, typename J>
+bool json_holds(const J& v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v.is_boolean();
   } else if constexpr (std::is_integral_v<T>) {
     return v.is_number_integer() && (std::is_signed_v<T> || !v.is_number_float()) &&
            !(std::is_unsigned_v<T> && v.is_number_integer() && !v.is_number_unsigned() &&
-             v.get<int64_t>() < 0);
+             v.template get<int64_t>() < 0);
   } else if constexpr (std::is_floating_point_v<T>) {
     return v.is_number();
   } else if constexpr (std::is_same_v<T, std::string>) {

@@ -15,7 +15,7 @@ std::vector<JsonlRow> read_jsonl(const std::filesystem::path& path) {
   std::vector<JsonlRow> rows;
   for_each_line(path, [&](int64_t line_number, const std::string& line) {
     std::string where = path.string() + ":" + std::to_string(line_number);
-    JsonlRow row{line_number, where, parse_json(line, where)};
+    JsonlRow row{line_number, where, parse_ordered_json(line, where)};
     FURLONG_CHECK(row.value.is_object(), where, ": each line must be a JSON object, got ",
                   json_type_name(row.value));
     rows.push_back(std::move(row));

@@ -16,7 +16,7 @@ namespace furlong {
 struct JsonlRow {
   int64_t line = 0;   // 1-based line number in the file
   std::string where;  // "<file>:<line>"
-  Json value;         // always an object
+  OrderedJson value;  // always an object; keys in file order
 };
 
 // Reads every non-blank line; each must be a JSON object.
@@ -31,8 +31,9 @@ class JsonlWriter {
 
   // `line` must be one serialized JSON value without a newline.
   void write_line(const std::string& line);
-  void write(const Json& value) {
-    write_line(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+  template <typename J>
+  void write(const J& value) {
+    write_line(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   void commit();
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 namespace furlong::testing {
 
@@ -81,6 +82,26 @@ std::string run_python(const std::string& script, const std::vector<std::string>
   auto result = run_command(cmd);
   EXPECT_EQ(result.exit_code, 0) << "oracle script failed: " << cmd << "\n" << result.output;
   return result.output;
+}
+
+std::filesystem::path cached_oracle(
+    const std::string& name, const std::string& script, const std::string& key,
+    const std::function<std::vector<std::string>(const std::filesystem::path& dir)>& prepare) {
+  std::ifstream in(source_dir() / "scripts" / script, std::ios::binary);
+  std::string material((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  material += '\0' + key;
+  auto cache = binary_dir() / "testdata" / "oracle_cache";
+  auto final_dir = cache / (name + "." + std::to_string(std::hash<std::string>{}(material)));
+  if (std::filesystem::exists(final_dir / "DONE")) return final_dir;
+  auto tmp = cache / (name + ".tmp." + std::to_string(getpid()));
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  run_python(script, prepare(tmp));
+  std::ofstream(tmp / "DONE") << "ok\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, final_dir, ec);  // fails harmlessly if another process won
+  if (ec) std::filesystem::remove_all(tmp);
+  return final_dir;
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ struct CommandResult {
 CommandResult run_command(const std::string& command);
 // Runs scripts/<script> with the venv Python; fails the calling test if it exits non-zero.
 std::string run_python(const std::string& script, const std::vector<std::string>& args);
+// Runs an oracle script once per distinct input in this build tree and returns the directory
+// holding its outputs. `prepare(dir)` writes any input files into the fresh directory and
+// returns the script's arguments. The cache key hashes the script's source and `key`; concurrent
+// test processes (ctest -j) may both compute it, and the first to finish wins the rename.
+std::filesystem::path cached_oracle(
+    const std::string& name, const std::string& script, const std::string& key,
+    const std::function<std::vector<std::string>(const std::filesystem::path& dir)>& prepare);
 // Quotes one argument for /bin/sh.
 std::string shell_quote(const std::string& arg);
 

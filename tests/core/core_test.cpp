@@ -55,6 +55,8 @@ TEST(Strings, ClosestMatchSuggestsTyposOnly) {
   EXPECT_EQ(closest_match("weight_decy", keys).value_or(""), "weight_decay");
   EXPECT_EQ(closest_match("global_batchsize", keys).value_or(""), "global_batch_size");
   EXPECT_FALSE(closest_match("completely_unrelated", keys).has_value());
+  EXPECT_EQ(closest_match("lr", keys).value_or(""), "lr");
+  EXPECT_EQ(edit_distance("inptu", "input"), 1u);  // a transposition is one edit
   EXPECT_EQ(split("a,b,,c", ','), (std::vector<std::string>{"a", "b", "", "c"}));
   EXPECT_EQ(trim("  x y \n"), "x y");
 }
