@@ -15,7 +15,8 @@ PLAN.json is a list of cases written by the C++ test:
 For mode=create the model is written to OUT_DIR/<name>/model (HF format, `dtype`).
 Outputs go to OUT_DIR/<name>/outputs.safetensors:
   logits [T, V] fp32 (the model's logits upcast), logprobs [T] fp32 (log-prob of the next
-  token, 0 at each document's last position), grad.<param name> fp32 (masked next-token
+  token, 0 at each document's last position), entropy [T] (of the next-token distribution,
+  0 at each document's last position), grad.<param name> fp32 (masked next-token
   loss: mean over masked target positions), loss (scalar), and with "fp32_reference" the
   logprobs of the same model computed in fp32 (logprobs_fp32).
 """
@@ -75,12 +76,20 @@ def next_token_targets(documents, loss_mask):
     return torch.tensor(targets), torch.tensor(valid, dtype=torch.bool)
 
 
-def token_logprobs(model, tokens, positions, targets, valid):
+def token_logprobs(model, tokens, positions, targets, valid, with_entropy=False):
     # use_cache=False: transformers only derives the packed-document mask without a cache.
     logits = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False).logits[0]
     logp = torch.log_softmax(logits.float(), dim=-1)
     lp = logp.gather(1, targets[:, None]).squeeze(1)
-    return logits, torch.where(valid, lp, torch.zeros_like(lp))
+    lp = torch.where(valid, lp, torch.zeros_like(lp))
+    if with_entropy:
+        # Entropy in float64 from the model's logits: the exact value for these logits, so a
+        # test can bound furlong's error directly (fp32 -sum(p log p) itself errs by up to
+        # ~1e-4 over a 150k vocabulary).
+        logp64 = torch.log_softmax(logits.double(), dim=-1)
+        entropy = (-(logp64.exp() * logp64).sum(-1)).float()
+        return logits, lp, torch.where(valid, entropy, torch.zeros_like(entropy))
+    return logits, lp
 
 
 def run_case(case, out_dir):
@@ -96,10 +105,11 @@ def run_case(case, out_dir):
     want = set(case["want"])
     out = {}
     with torch.no_grad():
-        logits, lp = token_logprobs(model, tokens, positions, targets, valid)
+        logits, lp, entropy = token_logprobs(model, tokens, positions, targets, valid, True)
     if "logits" in want:
         out["logits"] = logits.float().contiguous()
     out["logprobs"] = lp.contiguous()
+    out["entropy"] = entropy.contiguous()
     if "fp32_reference" in want:
         ref = load_model(model_dir, "float32", case["attn"])
         with torch.no_grad():

@@ -1,8 +1,88 @@
-#include <ATen/ATen.h>
+// furlong: RL post-training for LLMs. This file only dispatches to subcommands.
 #include <cstdio>
-#include "core/log.h"
-int main() {
-  auto t = at::ones({2, 2});
-  LOG_INFO("sum=", t.sum().item<float>());
-  return 0;
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "core/error.h"
+
+namespace furlong::app {
+namespace {
+
+void print_usage() {
+  std::printf("usage: furlong <command> [flags]   (furlong <command> --help for its flags)\n\n");
+  for (const auto& c : commands()) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> kCommands = {
+      {"score", "per-token log-probs and entropies of JSONL rows under a HF model", run_score,
+       [](config::FlagSet& f) {
+         static ScoreOptions o;
+         register_flags(f, o);
+       }},
+      {"tokenize", "text <-> token ids; chat messages through the chat template", run_tokenize,
+       [](config::FlagSet& f) {
+         static TokenizeOptions o;
+         register_flags(f, o);
+       }},
+      {"init-model", "write a randomly initialized HF model directory from a config",
+       run_init_model,
+       [](config::FlagSet& f) {
+         static InitModelOptions o;
+         register_flags(f, o);
+       }},
+      {"cli-reference", "print the markdown CLI reference (docs/cli.md)",
+       [](const std::vector<std::string>&) {
+         std::fputs(cli_reference_markdown().c_str(), stdout);
+         return 0;
+       },
+       nullptr},
+  };
+  return kCommands;
+}
+
+std::string cli_reference_markdown() {
+  std::string out =
+      "# furlong CLI reference\n\n"
+      "Generated from the flag table (`src/app/flag_table.cpp`) by `furlong cli-reference`;\n"
+      "a test checks that this file is current. Every boolean flag `--x` also has `--no-x`.\n"
+      "Flags can be given in a YAML file with `--config FILE` (keys are flag names, with `_` or\n"
+      "`-`); the command line overrides the file, which overrides the defaults.\n\n";
+  for (const auto& c : commands()) {
+    if (!c.describe_flags) continue;
+    config::FlagSet flags("furlong " + c.name, c.summary);
+    c.describe_flags(flags);
+    out += flags.markdown_reference();
+  }
+  return out;
+}
+
+}  // namespace furlong::app
+
+int main(int argc, char** argv) {
+  using namespace furlong::app;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage();
+    return args.empty() ? 2 : 0;
+  }
+  for (const auto& command : commands()) {
+    if (command.name != args[0]) continue;
+    try {
+      return command.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const furlong::Error& e) {
+      std::fprintf(stderr, "furlong %s: error: %s\n", command.name.c_str(), e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "furlong %s: unexpected error: %s\n", command.name.c_str(), e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "furlong: unknown command '%s'\n\n", args[0].c_str());
+  print_usage();
+  return 2;
 }

@@ -40,14 +40,18 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
       int64_t len = std::min(chunk, T - start);
       auto logits = at::linear(hidden_TD.narrow(0, start, len), head_VD);
       if (keep) saved_logits_TV.narrow(0, start, len).copy_(logits);
-      auto z = scale(logits, temperature);
-      auto lse = at::logsumexp(z, -1);
-      auto target_z = z.gather(1, targets_T.narrow(0, start, len).unsqueeze(1)).squeeze(1);
-      logprobs.narrow(0, start, len).copy_(target_z - lse);
-      if (with_entropy) {
-        auto probs = at::softmax(z, -1);
-        entropy.narrow(0, start, len).copy_(lse - (probs * z).sum(-1));
-      }
+      // Shifted by the row max: zs <= 0, e = exp(zs), s = sum e. Then
+      //   log p[target] = zs[target] - log s,   H = log s - sum(e * zs) / s,
+      // which avoids the cancellation of lse - sum(p z) (more accurate than transformers'
+      // -sum(p log p) in fp32 for large vocabularies).
+      auto zs = scale(logits, temperature);
+      zs.sub_(std::get<0>(zs.max(-1, /*keepdim=*/true)));
+      auto e = zs.exp();
+      auto s = e.sum(-1);
+      auto log_s = s.log();
+      auto target_zs = zs.gather(1, targets_T.narrow(0, start, len).unsqueeze(1)).squeeze(1);
+      logprobs.narrow(0, start, len).copy_(target_zs - log_s);
+      if (with_entropy) entropy.narrow(0, start, len).copy_(log_s - (e * zs).sum(-1) / s);
     }
     ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy, saved_logits_TV});
     ctx->saved_data["temperature"] = temperature;

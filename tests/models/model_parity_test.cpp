@@ -139,9 +139,6 @@ std::pair<at::Tensor, at::Tensor> next_token_targets(
 class ModelParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    out_dir_ = testing::binary_dir() / "testdata" / "model_parity";
-    std::filesystem::remove_all(out_dir_);
-    std::filesystem::create_directories(out_dir_);
     auto docs = test_documents();
     Json plan = Json::array();
     for (const auto& c : all_cases()) {
@@ -159,9 +156,11 @@ class ModelParity : public ::testing::Test {
                       {"loss_mask", test_loss_mask(docs)},
                       {"want", want}});
     }
-    write_file_atomic(out_dir_ / "plan.json", plan.dump());
-    testing::run_python("oracles/hf_model_oracle.py",
-                        {(out_dir_ / "plan.json").string(), out_dir_.string()});
+    out_dir_ = testing::cached_oracle(
+        "model_parity", "oracles/hf_model_oracle.py", plan.dump(), [&](const auto& dir) {
+          write_file_atomic(dir / "plan.json", plan.dump());
+          return std::vector<std::string>{(dir / "plan.json").string(), dir.string()};
+        });
   }
 
   static std::shared_ptr<io::SafetensorsFile> outputs(const std::string& name) {

@@ -215,6 +215,14 @@ TEST(Models, SavedDirectoryReloadsIdenticallyAndLoadErrorsNameTheTensor) {
 
   msg = error_of([&] { load_hf_model(dir / "nope"); });
   EXPECT_NE(msg.find("nope: not a directory"), std::string::npos) << msg;
+
+  // A malformed config.json.
+  write_file_atomic(dir / "p" / "config.json", "{\"architectures\": [\"Qwen3ForCausalLM\"],");
+  msg = error_of([&] { load_hf_model(dir / "p"); });
+  EXPECT_NE(msg.find("p/config.json: invalid JSON at line 1"), std::string::npos) << msg;
+  write_file_atomic(dir / "p" / "config.json", "[1, 2]");
+  msg = error_of([&] { load_hf_model(dir / "p"); });
+  EXPECT_NE(msg.find("p/config.json: expected a JSON object, got array"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// furlong's subcommands: options structs, their flag registration (flag_table.cpp, the one
+// table that maps every flag to a field) and entry points.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/flags.h"
+
+namespace furlong::app {
+
+// Shared by every command that runs a model.
+struct RuntimeOptions {
+  int64_t num_threads = 0;  // 0 = libtorch's default (all cores)
+};
+
+struct ScoreOptions {
+  std::string hf_checkpoint;
+  std::string input;
+  std::string output;
+  std::string dtype;  // "" = the checkpoint's dtype
+  std::string attn_implementation = "sdpa";
+  int64_t max_tokens_per_batch = 8192;
+  bool add_special_tokens = true;
+  RuntimeOptions runtime;
+};
+
+struct TokenizeOptions {
+  std::string hf_checkpoint;
+  std::string input;
+  std::string output;
+  bool decode = false;
+  bool skip_special_tokens = false;
+  bool apply_chat_template = false;
+  bool add_generation_prompt = false;
+  bool add_special_tokens = false;
+};
+
+struct InitModelOptions {
+  std::string config;     // model config.json (HF fields)
+  std::string tokenizer;  // directory with tokenizer.json (+ tokenizer_config.json)
+  std::string out;
+  int64_t seed = 1234;
+  std::string dtype = "bfloat16";
+};
+
+void register_flags(config::FlagSet& flags, ScoreOptions& options);
+void register_flags(config::FlagSet& flags, TokenizeOptions& options);
+void register_flags(config::FlagSet& flags, InitModelOptions& options);
+
+int run_score(const std::vector<std::string>& args);
+int run_tokenize(const std::vector<std::string>& args);
+int run_init_model(const std::vector<std::string>& args);
+
+struct Command {
+  std::string name;
+  std::string summary;
+  std::function<int(const std::vector<std::string>&)> run;
+  // Builds the command's flag table (for help and the CLI reference); null for commands
+  // without flags.
+  std::function<void(config::FlagSet&)> describe_flags;
+};
+
+const std::vector<Command>& commands();
+// The markdown CLI reference (docs/cli.md), generated from the flag tables.
+std::string cli_reference_markdown();
+
+}  // namespace furlong::app

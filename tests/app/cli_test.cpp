@@ -1,0 +1,235 @@
+// Black-box tests of the furlong binary: init-model, score and tokenize against transformers,
+// bad input, help, and the generated CLI reference being current.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common/test_util.h"
+#include "core/files.h"
+#include "core/jsonl.h"
+#include "io/safetensors.h"
+#include "models/hf_model.h"
+
+namespace furlong {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+using testing::shell_quote;
+
+std::string furlong_cmd(const std::string& args) {
+  return shell_quote(testing::furlong_binary().string()) + " " + args;
+}
+
+void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  write_file_atomic(path, text);
+}
+
+Json tiny_qwen3_config() {
+  return Json{{"architectures", {"Qwen3ForCausalLM"}},
+              {"model_type", "qwen3"},
+              {"hidden_size", 64},
+              {"intermediate_size", 128},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 16},
+              {"max_position_embeddings", 512},
+              {"tie_word_embeddings", true},
+              {"initializer_range", 0.5}};
+}
+
+// One model (real Qwen3 tokenizer, random weights) shared by the tests of this file.
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // One directory per test process: ctest runs the cases of this suite in parallel.
+    dir_ = testing::binary_dir() / "testdata" / ("cli." + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_file_atomic(dir_ / "tiny.json", tiny_qwen3_config().dump());
+    auto r = run_command(furlong_cmd(
+        "init-model --config " + shell_quote((dir_ / "tiny.json").string()) + " --tokenizer " +
+        shell_quote(testing::tokenizer_dir("qwen3").string()) + " --out " +
+        shell_quote((dir_ / "model").string()) + " --seed 7 --dtype float32"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static fs::path model() { return dir_ / "model"; }
+  static fs::path dir_;
+};
+fs::path Cli::dir_;
+
+TEST_F(Cli, InitModelWritesADirectoryTransformersLoadsWithTheSameLogits) {
+  auto config = read_json_file(model() / "config.json");
+  EXPECT_GE(config["vocab_size"].get<int64_t>(), 151669);  // adopted from the tokenizer
+  EXPECT_EQ(config["eos_token_id"].get<int64_t>(), 151645);
+  EXPECT_TRUE(fs::exists(model() / "tokenizer.json"));
+  // furlong scores the rows; transformers (oracle) computes the same log-probs and entropies.
+  std::vector<std::vector<int64_t>> docs = {{9707, 11, 1879, 0, 42},
+                                            {785, 6722, 315, 9625, 374, 12095}};
+  write_lines(dir_ / "ids.jsonl",
+              {Json{{"input_ids", docs[0]}}.dump(), Json{{"input_ids", docs[1]}}.dump()});
+  auto r = run_command(furlong_cmd("score --hf-checkpoint " + shell_quote(model().string()) +
+                                   " --input " + shell_quote((dir_ / "ids.jsonl").string()) +
+                                   " --output " + shell_quote((dir_ / "scores.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Json plan = Json::array({{{"name", "init"},
+                            {"mode", "load"},
+                            {"model_dir", model().string()},
+                            {"dtype", "float32"},
+                            {"attn", "sdpa"},
+                            {"documents", docs},
+                            {"want", {"logits", "logprobs"}}}});
+  write_file_atomic(dir_ / "plan.json", plan.dump());
+  testing::run_python("oracles/hf_model_oracle.py", {(dir_ / "plan.json").string(), dir_.string()});
+  auto ref = io::SafetensorsFile::open(dir_ / "init" / "outputs.safetensors");
+  auto ref_lp = ref->tensor("logprobs"), ref_ent = ref->tensor("entropy");
+  // The logits themselves, furlong in-process on the same directory vs transformers.
+  {
+    c10::InferenceMode inference;
+    auto ours =
+        models::load_hf_model(model())->forward_logits(models::PackedBatch::from_documents(docs));
+    EXPECT_LE(testing::max_abs_diff(ours, ref->tensor("logits")), 1e-4);
+  }
+  auto rows = read_jsonl(dir_ / "scores.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  // fp32 logits agree with transformers' to ~2e-6, so log-probs do too; the reference entropy
+  // is computed in float64 from transformers' logits, and furlong's fp32 entropy (max-shifted,
+  // no cancellation) stays within 2e-5 of it even over the 151k-token vocabulary.
+  int64_t offset = 0;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    auto lp = rows[d].value["logprobs"].get<std::vector<double>>();
+    auto ent = rows[d].value["entropy"].get<std::vector<double>>();
+    ASSERT_EQ(lp.size(), docs[d].size() - 1);
+    for (size_t t = 0; t + 1 < docs[d].size(); ++t) {
+      EXPECT_NEAR(lp[t], ref_lp[offset + t].item<double>(), 2e-5) << d << "," << t;
+      EXPECT_NEAR(ent[t], ref_ent[offset + t].item<double>(), 2e-5) << d << "," << t;
+    }
+    offset += static_cast<int64_t>(docs[d].size());
+  }
+}
+
+TEST_F(Cli, ScoreHonoursPromptLenAndTextRowsAndKeepsInputOrder) {
+  write_lines(dir_ / "mixed.jsonl",
+              {R"({"text": "The capital of France is Paris."})",
+               R"({"input_ids": [1, 2, 3, 4, 5, 6], "prompt_len": 4})", R"({"input_ids": [77]})"});
+  auto r = run_command(furlong_cmd("score --hf-checkpoint " + shell_quote(model().string()) +
+                                   " --input " + shell_quote((dir_ / "mixed.jsonl").string()) +
+                                   " --output " + shell_quote((dir_ / "mixed_out.jsonl").string()) +
+                                   " --max-tokens-per-batch 7"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rows = read_jsonl(dir_ / "mixed_out.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].value["logprobs"].size(), 6u);  // 7 tokens from the Qwen3 tokenizer
+  EXPECT_EQ(rows[1].value["logprobs"].size(), 2u);  // tokens 4 and 5 only
+  EXPECT_EQ(rows[2].value["logprobs"].size(), 0u);  // nothing to predict
+  // Scoring with prompt_len reports the tail of the full row's log-probs.
+  write_lines(dir_ / "full.jsonl", {R"({"input_ids": [1, 2, 3, 4, 5, 6]})"});
+  r = run_command(furlong_cmd("score --hf-checkpoint " + shell_quote(model().string()) +
+                              " --input " + shell_quote((dir_ / "full.jsonl").string()) +
+                              " --output " + shell_quote((dir_ / "full_out.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto full = read_jsonl(dir_ / "full_out.jsonl")[0].value["logprobs"].get<std::vector<double>>();
+  auto tail = rows[1].value["logprobs"].get<std::vector<double>>();
+  EXPECT_NEAR(tail[0], full[3], 1e-5);
+  EXPECT_NEAR(tail[1], full[4], 1e-5);
+}
+
+TEST_F(Cli, ScoreRejectsBadInputWithFileAndLineAndWritesNothing) {
+  struct BadCase {
+    std::string line;
+    std::string expected;
+  };
+  std::vector<BadCase> cases = {
+      {R"({"input_ids": [1, 2)", "bad.jsonl:2: invalid JSON"},
+      {R"([1, 2, 3])", "bad.jsonl:2: each line must be a JSON object"},
+      {R"({"tokens": [1, 2]})", "bad.jsonl:2: expected a field \"input_ids\""},
+      {R"({"input_ids": [1, 999999999]})", "input_ids[1] = 999999999 is outside the vocabulary"},
+      {R"({"input_ids": [1, "two"]})", "field 'input_ids' must be an array of integers"},
+      {R"({"input_ids": [1, 2], "prompt_len": 5})", "prompt_len must be in [1, 2], got 5"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.line);
+    write_lines(dir_ / "bad.jsonl", {R"({"input_ids": [1, 2]})", c.line});
+    fs::remove(dir_ / "bad_out.jsonl");
+    auto r =
+        run_command(furlong_cmd("score --hf-checkpoint " + shell_quote(model().string()) +
+                                " --input " + shell_quote((dir_ / "bad.jsonl").string()) +
+                                " --output " + shell_quote((dir_ / "bad_out.jsonl").string())));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "bad_out.jsonl"));
+  }
+  auto r = run_command(furlong_cmd("score --hf-checkpoint /nonexistent --input x --output y"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/nonexistent: not a directory"), std::string::npos) << r.output;
+  r = run_command(furlong_cmd("score --hf-checkpoint x --inptu y --output z"));
+  EXPECT_NE(r.output.find("unknown flag --inptu (did you mean --input?)"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(Cli, TokenizeMatchesTransformersForTextAndChatRows) {
+  auto tok = testing::tokenizer_dir("qwen3");
+  write_lines(dir_ / "text.jsonl", {R"({"text": "Hello, world! 你好 🎉", "id": 3})",
+                                    R"({"text": "  spaces\n\nand <|im_end|> specials"})"});
+  auto r = run_command(furlong_cmd("tokenize --hf-checkpoint " + shell_quote(tok.string()) +
+                                   " --input " + shell_quote((dir_ / "text.jsonl").string()) +
+                                   " --output " + shell_quote((dir_ / "text_out.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  testing::run_python("oracles/hf_tokenize_rows.py", {tok.string(), (dir_ / "text.jsonl").string(),
+                                                      (dir_ / "text_ref.jsonl").string()});
+  auto got = read_jsonl(dir_ / "text_out.jsonl"), want = read_jsonl(dir_ / "text_ref.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  // Same keys in the same order (input fields first, then the added ones), same values.
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].value.dump(), want[i].value.dump());
+
+  write_lines(
+      dir_ / "chat.jsonl",
+      {R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]})",
+       R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nok\n</think>\n\nhello"}, {"role": "user", "content": "again"}]})"});
+  r = run_command(furlong_cmd("tokenize --hf-checkpoint " + shell_quote(tok.string()) +
+                              " --apply-chat-template --add-generation-prompt --input " +
+                              shell_quote((dir_ / "chat.jsonl").string()) + " --output " +
+                              shell_quote((dir_ / "chat_out.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  testing::run_python("oracles/hf_tokenize_rows.py",
+                      {tok.string(), (dir_ / "chat.jsonl").string(),
+                       (dir_ / "chat_ref.jsonl").string(), "--add-generation-prompt"});
+  got = read_jsonl(dir_ / "chat_out.jsonl");
+  want = read_jsonl(dir_ / "chat_ref.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].value.dump(), want[i].value.dump());
+
+  // --decode turns the ids back into the text.
+  r = run_command(furlong_cmd("tokenize --decode --hf-checkpoint " + shell_quote(tok.string()) +
+                              " --input " + shell_quote((dir_ / "text_out.jsonl").string()) +
+                              " --output " + shell_quote((dir_ / "decoded.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto decoded = read_jsonl(dir_ / "decoded.jsonl");
+  EXPECT_EQ(decoded[0].value["text"], "Hello, world! 你好 🎉");
+}
+
+TEST_F(Cli, HelpWorksForEveryCommandAndTheCliReferenceIsCurrent) {
+  for (const char* cmd : {"score", "tokenize", "init-model"}) {
+    auto r = run_command(furlong_cmd(std::string(cmd) + " --help"));
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.output.find("usage: furlong " + std::string(cmd)), std::string::npos);
+  }
+  auto r = run_command(furlong_cmd("cli-reference"));
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, read_file(testing::source_dir() / "docs" / "cli.md"))
+      << "docs/cli.md is stale: regenerate it with `build/furlong cli-reference > docs/cli.md`";
+  r = run_command(furlong_cmd("frobnicate"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace furlong
