@@ -44,7 +44,8 @@ ScoreRow parse_row(const JsonlRow& row, const LazyTokenizer& tokenizer, bool add
 
 // Scores rows [begin, end) in one packed forward pass; appends one output line per row.
 void score_batch(const models::CausalLM& model, const std::vector<ScoreRow>& rows, size_t begin,
-                 size_t end, models::AttnImpl attn, std::vector<std::string>& lines) {
+                 size_t end, const models::ForwardOptions& forward,
+                 std::vector<std::string>& lines) {
   std::vector<std::vector<int64_t>> docs;
   std::vector<int64_t> positions, targets;  // packed rows whose next token is scored
   int64_t offset = 0;
@@ -60,7 +61,7 @@ void score_batch(const models::CausalLM& model, const std::vector<ScoreRow>& row
   at::Tensor lp_T, ent_T;
   if (!positions.empty()) {
     auto batch = models::PackedBatch::from_documents(docs);
-    auto hidden_TD = model.forward_hidden(batch, {.attn = attn});
+    auto hidden_TD = model.forward_hidden(batch, forward);
     const auto& w = model.weights();
     auto n = static_cast<int64_t>(positions.size());
     auto rows_T = at::from_blob(positions.data(), {n}, at::kLong);
@@ -90,7 +91,9 @@ int run_score(const std::vector<std::string>& args) {
   register_flags(flags, o);
   if (!flags.parse(args)) return 0;
   apply_runtime_options(o.runtime);
-  auto attn = models::parse_attn_impl(o.attn_implementation, "--attn-implementation");
+  models::ForwardOptions forward{
+      .attn = models::parse_attn_impl(o.attn_implementation, "--attn-implementation"),
+      .fused_kernels = o.fused_kernels};
   FURLONG_CHECK(o.max_tokens_per_batch > 0, "--max-tokens-per-batch must be positive");
 
   models::LoadOptions load;
@@ -118,7 +121,7 @@ int run_score(const std::vector<std::string>& args) {
             tokens + static_cast<int64_t>(rows[end].ids.size()) <= o.max_tokens_per_batch)) {
       tokens += static_cast<int64_t>(rows[end++].ids.size());
     }
-    score_batch(*model, rows, begin, end, attn, lines);
+    score_batch(*model, rows, begin, end, forward, lines);
     progress.advance(tokens);
     begin = end;
   }

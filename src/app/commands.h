@@ -22,6 +22,7 @@ struct ScoreOptions {
   std::string output;
   std::string dtype;  // "" = the checkpoint's dtype
   std::string attn_implementation = "sdpa";
+  bool fused_kernels = true;
   int64_t max_tokens_per_batch = 8192;
   bool add_special_tokens = true;
   RuntimeOptions runtime;

@@ -22,6 +22,8 @@ void register_flags(config::FlagSet& f, ScoreOptions& o) {
   f.add("attn-implementation", &o.attn_implementation,
         "attention path: sdpa (fused kernel) or eager (plain math reference)")
       .choices = {"sdpa", "eager"};
+  f.add("fused-kernels", &o.fused_kernels,
+        "one-pass CPU kernels for RMSNorm/RoPE/SwiGLU (off: ATen ops mirroring transformers)");
   f.set_group("Data");
   f.add("input", &o.input,
         "JSONL rows {\"input_ids\": [...]} or {\"text\": ...} (input_ids win if both), "

@@ -83,10 +83,11 @@ void CausalLM::set_requires_grad(bool requires_grad) {
 }
 
 ForwardContext CausalLM::make_context(const PackedBatch& batch, c10::ScalarType dtype,
-                                      AttnImpl attn) const {
+                                      const ForwardOptions& options) const {
   ForwardContext ctx;
   ctx.batch = batch;
-  ctx.attn = attn;
+  ctx.attn = options.attn;
+  ctx.fused_kernels = options.fused_kernels;
   std::tie(ctx.cos_TH, ctx.sin_TH) = rope_.cos_sin(batch.position_ids_T, dtype);
   return ctx;
 }
@@ -95,8 +96,9 @@ at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_T
   return at::embedding(params[0], tokens_T);
 }
 
-at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_TD) const {
-  return rms_norm(x_TD, params[0], config_.rms_norm_eps);
+at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_TD,
+                                const ForwardContext& ctx) const {
+  return rms_norm(x_TD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
 }
 
 const at::Tensor& CausalLM::head_weight(const UnitTensors& embed_params,
@@ -118,11 +120,11 @@ at::Tensor CausalLM::forward_hidden(const PackedBatch& batch, const ForwardOptio
   FURLONG_CHECK(batch.num_tokens() > 0, "forward: the batch is empty");
   const auto& embed_params = weights_[kEmbedUnit];
   auto x_TD = embed(embed_params, batch.tokens_T);
-  auto ctx = make_context(batch, x_TD.scalar_type(), options.attn);
+  auto ctx = make_context(batch, x_TD.scalar_type(), options);
   for (int64_t l = 0; l < num_layers(); ++l) {
     x_TD = run_block(l, weights_[layer_unit(l)], x_TD, ctx, options.activation_checkpointing);
   }
-  return final_norm(weights_[final_unit()], x_TD);
+  return final_norm(weights_[final_unit()], x_TD, ctx);
 }
 
 at::Tensor CausalLM::forward_logits(const PackedBatch& batch, const ForwardOptions& options) const {

@@ -45,6 +45,9 @@ using UnitTensors = std::vector<at::Tensor>;  // aligned with UnitSpec::params
 struct ForwardOptions {
   AttnImpl attn = AttnImpl::kSdpa;
   bool activation_checkpointing = false;  // recompute each block in backward
+  // One-pass CPU kernels for RMSNorm, RoPE and SwiGLU (src/kernels); off = the ATen op chain
+  // that mirrors transformers op for op.
+  bool fused_kernels = true;
 };
 
 // Per-forward values shared by all blocks.
@@ -55,6 +58,7 @@ struct ForwardContext {
   at::Tensor cos_TH;
   at::Tensor sin_TH;
   AttnImpl attn = AttnImpl::kSdpa;
+  bool fused_kernels = true;
 };
 
 class CausalLM {
@@ -83,11 +87,13 @@ class CausalLM {
   void set_requires_grad(bool requires_grad);
 
   // ---- functional forward pieces ----
-  ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype, AttnImpl attn) const;
+  ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype,
+                              const ForwardOptions& options) const;
   at::Tensor embed(const UnitTensors& params, const at::Tensor& tokens_T) const;
   virtual at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
                            const ForwardContext& ctx) const = 0;
-  at::Tensor final_norm(const UnitTensors& params, const at::Tensor& x_TD) const;
+  at::Tensor final_norm(const UnitTensors& params, const at::Tensor& x_TD,
+                        const ForwardContext& ctx) const;
   // lm_head weight [V, D]: the embedding when tied, else the final unit's lm_head.
   const at::Tensor& head_weight(const UnitTensors& embed_params,
                                 const UnitTensors& final_params) const;

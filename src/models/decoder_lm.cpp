@@ -49,24 +49,25 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   const int64_t T = x_TD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
   const int64_t H = c.head_dim;
 
-  auto h_TD = rms_norm(x_TD, p[slots_.input_norm], c.rms_norm_eps);
+  const bool fused = ctx.fused_kernels;
+  auto h_TD = rms_norm(x_TD, p[slots_.input_norm], c.rms_norm_eps, fused);
   auto q_TNH = at::linear(h_TD, p[slots_.q], opt(slots_.q_bias)).view({T, N, H});
   auto k_TKH = at::linear(h_TD, p[slots_.k], opt(slots_.k_bias)).view({T, K, H});
   auto v_TKH = at::linear(h_TD, p[slots_.v], opt(slots_.v_bias)).view({T, K, H});
   if (c.qk_norm) {
-    q_TNH = rms_norm(q_TNH, p[slots_.q_norm], c.rms_norm_eps);
-    k_TKH = rms_norm(k_TKH, p[slots_.k_norm], c.rms_norm_eps);
+    q_TNH = rms_norm(q_TNH, p[slots_.q_norm], c.rms_norm_eps, fused);
+    k_TKH = rms_norm(k_TKH, p[slots_.k_norm], c.rms_norm_eps, fused);
   }
-  q_TNH = apply_rope(q_TNH, ctx.cos_TH, ctx.sin_TH);
-  k_TKH = apply_rope(k_TKH, ctx.cos_TH, ctx.sin_TH);
+  q_TNH = apply_rope(q_TNH, ctx.cos_TH, ctx.sin_TH, fused);
+  k_TKH = apply_rope(k_TKH, ctx.cos_TH, ctx.sin_TH, fused);
   double scale = 1.0 / std::sqrt(static_cast<double>(H));
   auto o_TNH = attention(q_TNH, k_TKH, v_TKH, ctx.batch, ctx.attn, scale);
   auto attn_TD = at::linear(o_TNH.reshape({T, N * H}), p[slots_.o], opt(slots_.o_bias));
   auto x1_TD = x_TD + attn_TD;
 
-  auto h2_TD = rms_norm(x1_TD, p[slots_.post_norm], c.rms_norm_eps);
+  auto h2_TD = rms_norm(x1_TD, p[slots_.post_norm], c.rms_norm_eps, fused);
   auto mlp_TD = swiglu_mlp(h2_TD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
-                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias));
+                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias), fused);
   return x1_TD + mlp_TD;
 }
 

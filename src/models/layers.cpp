@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/cpu_kernels.h"
+#include "kernels/fused_ops.h"
 
 namespace furlong::models {
 
@@ -19,7 +21,10 @@ std::string attn_impl_name(AttnImpl impl) {
   return impl == AttnImpl::kSdpa ? "sdpa" : "eager";
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
+  if (fused && kernels::supported(x) && weight.scalar_type() == x.scalar_type()) {
+    return kernels::rms_norm(x, weight, eps);
+  }
   auto input_dtype = x.scalar_type();
   auto x32 = x.to(at::kFloat);
   auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
@@ -134,7 +139,11 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& pos
   return {cos.to(dtype), sin.to(dtype)};
 }
 
-at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH) {
+at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH,
+                      bool fused) {
+  if (fused && kernels::supported(x_TNH) && cos_TH.scalar_type() == x_TNH.scalar_type()) {
+    return kernels::rope(x_TNH, cos_TH, sin_TH);
+  }
   int64_t half = x_TNH.size(-1) / 2;
   auto x1 = x_TNH.narrow(-1, 0, half);
   auto x2 = x_TNH.narrow(-1, half, half);
@@ -192,10 +201,11 @@ at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at:
 
 at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
-                      const at::Tensor& down_b) {
+                      const at::Tensor& down_b, bool fused) {
   auto gate = at::linear(x_TD, gate_FD, gate_b);
   auto up = at::linear(x_TD, up_FD, up_b);
-  return at::linear(at::silu(gate) * up, down_DF, down_b);
+  auto hidden = fused && kernels::supported(gate) ? kernels::swiglu(gate, up) : at::silu(gate) * up;
+  return at::linear(hidden, down_DF, down_b);
 }
 
 }  // namespace furlong::models

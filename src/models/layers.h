@@ -24,7 +24,8 @@ AttnImpl parse_attn_impl(const std::string& name, const std::string& where);
 std::string attn_impl_name(AttnImpl impl);
 
 // RMSNorm as transformers computes it: normalize in fp32, cast back, then scale.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// `fused` uses the one-pass CPU kernel where it applies (CPU, fp32/bf16), else ATen ops.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true);
 
 // inv_freq [H/2] (fp32) and the cos/sin scaling for the configured rope type.
 struct RotaryEmbedding {
@@ -41,7 +42,8 @@ struct RotaryEmbedding {
 };
 
 // x_TNH * cos + rotate_half(x_TNH) * sin, with cos/sin [T, H] broadcast over heads.
-at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH);
+at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH,
+                      bool fused = true);
 
 // Causal attention within each document of `batch`; K may divide N (grouped-query attention).
 at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at::Tensor& v_TKH,
@@ -50,6 +52,6 @@ at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at:
 // down(silu(gate(x)) * up(x)); biases may be undefined.
 at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
-                      const at::Tensor& down_b);
+                      const at::Tensor& down_b, bool fused = true);
 
 }  // namespace furlong::models

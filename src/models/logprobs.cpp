@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cpu_kernels.h"
 
 namespace furlong::models {
 namespace {
@@ -19,10 +20,53 @@ int64_t rows_per_chunk(int64_t vocab, int64_t chunk_bytes) {
   return std::max<int64_t>(1, chunk_bytes / (vocab * 4 * 2));
 }
 
-// fp32 logits / temperature from logits in the compute dtype.
-at::Tensor scale(const at::Tensor& logits, double temperature) {
-  auto z = logits.to(at::kFloat);
-  return temperature == 1.0 ? z : z / temperature;
+// Per-row statistics of a chunk of logits (z = logits / temperature in fp32), shifted by the
+// row max m: log s with s = sum exp(z - m); log p[target] = z_t - m - log s;
+// H = log s - sum(exp(z - m) (z - m)) / s. The shifted form avoids the cancellation of
+// lse - sum(p z) and is more accurate than transformers' fp32 -sum(p log p).
+kernels::SoftmaxStats chunk_stats(const at::Tensor& logits, const at::Tensor& targets,
+                                  double temperature, bool with_entropy) {
+  if (kernels::supported(logits)) {
+    return kernels::softmax_stats(logits, targets, temperature, with_entropy);
+  }
+  auto zs = logits.to(at::kFloat);
+  if (temperature != 1.0) zs = zs / temperature;
+  auto max = std::get<0>(zs.max(-1, /*keepdim=*/true));
+  zs.sub_(max);
+  auto e = zs.exp();
+  auto s = e.sum(-1);
+  kernels::SoftmaxStats st;
+  st.max_R = max.squeeze(1);
+  st.log_sum_R = s.log();
+  st.logprob_R = zs.gather(1, targets.unsqueeze(1)).squeeze(1) - st.log_sum_R;
+  if (with_entropy) st.entropy_R = st.log_sum_R - (e * zs).sum(-1) / s;
+  return st;
+}
+
+// d/d logits of sum(g_lp * log p[target] + g_ent * H), in the logits' dtype:
+// (g_lp (onehot - p) - g_ent p (log p + H)) / temperature.
+at::Tensor chunk_grad(const at::Tensor& logits, const at::Tensor& targets, double temperature,
+                      const kernels::SoftmaxStats& st, const at::Tensor& g_lp,
+                      const at::Tensor& g_ent) {
+  if (kernels::supported(logits)) {
+    return kernels::softmax_stats_backward(logits, targets, temperature, st, g_lp, g_ent);
+  }
+  auto log_p = logits.to(at::kFloat);
+  if (temperature != 1.0) log_p = log_p / temperature;
+  log_p.sub_((st.max_R + st.log_sum_R).unsqueeze(1));
+  auto p = log_p.exp();
+  auto grad = at::zeros_like(p);
+  if (g_lp.defined()) {
+    grad -= g_lp.unsqueeze(1) * p;
+    grad.scatter_add_(1, targets.unsqueeze(1), g_lp.unsqueeze(1).to(at::kFloat));
+  }
+  if (g_ent.defined()) grad -= g_ent.unsqueeze(1) * p * (log_p + st.entropy_R.unsqueeze(1));
+  if (temperature != 1.0) grad /= temperature;
+  return grad.to(logits.scalar_type());
+}
+
+at::Tensor slice(const at::Tensor& t, int64_t start, int64_t len) {
+  return t.defined() ? t.narrow(0, start, len) : at::Tensor();
 }
 
 struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
@@ -32,45 +76,41 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
                                int64_t saved_logits_bytes) {
     const int64_t T = hidden_TD.size(0), V = head_VD.size(0);
     const int64_t chunk = rows_per_chunk(V, chunk_bytes);
-    auto logprobs = at::empty({T}, hidden_TD.options().dtype(at::kFloat));
-    auto entropy = at::zeros({T}, hidden_TD.options().dtype(at::kFloat));
+    auto f32 = hidden_TD.options().dtype(at::kFloat);
+    auto logprobs = at::empty({T}, f32), entropy = at::zeros({T}, f32);
+    auto max = at::empty({T}, f32), log_sum = at::empty({T}, f32);
     bool keep = T * V * static_cast<int64_t>(hidden_TD.element_size()) <= saved_logits_bytes;
     at::Tensor saved_logits_TV = keep ? at::empty({T, V}, hidden_TD.options()) : at::Tensor();
     for (int64_t start = 0; start < T; start += chunk) {
       int64_t len = std::min(chunk, T - start);
-      auto logits = at::linear(hidden_TD.narrow(0, start, len), head_VD);
-      if (keep) saved_logits_TV.narrow(0, start, len).copy_(logits);
-      // Shifted by the row max: zs <= 0, e = exp(zs), s = sum e. Then
-      //   log p[target] = zs[target] - log s,   H = log s - sum(e * zs) / s,
-      // which avoids the cancellation of lse - sum(p z) (more accurate than transformers'
-      // -sum(p log p) in fp32 for large vocabularies).
-      auto zs = scale(logits, temperature);
-      zs.sub_(std::get<0>(zs.max(-1, /*keepdim=*/true)));
-      auto e = zs.exp();
-      auto s = e.sum(-1);
-      auto log_s = s.log();
-      auto target_zs = zs.gather(1, targets_T.narrow(0, start, len).unsqueeze(1)).squeeze(1);
-      logprobs.narrow(0, start, len).copy_(target_zs - log_s);
-      if (with_entropy) entropy.narrow(0, start, len).copy_(log_s - (e * zs).sum(-1) / s);
+      auto logits = keep ? saved_logits_TV.narrow(0, start, len) : at::Tensor();
+      if (keep) {
+        at::mm_out(logits, hidden_TD.narrow(0, start, len), head_VD.t());
+      } else {
+        logits = at::linear(hidden_TD.narrow(0, start, len), head_VD);
+      }
+      auto st = chunk_stats(logits, targets_T.narrow(0, start, len), temperature, with_entropy);
+      logprobs.narrow(0, start, len).copy_(st.logprob_R);
+      max.narrow(0, start, len).copy_(st.max_R);
+      log_sum.narrow(0, start, len).copy_(st.log_sum_R);
+      if (with_entropy) entropy.narrow(0, start, len).copy_(st.entropy_R);
     }
-    ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy, saved_logits_TV});
+    ctx->save_for_backward({hidden_TD, head_VD, targets_T, entropy, max, log_sum, saved_logits_TV});
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk_bytes"] = chunk_bytes;
+    ctx->saved_data["with_entropy"] = with_entropy;
     return {logprobs, entropy};
   }
 
-  // With z = logits / temperature, p = softmax(z), H = -sum p log p:
-  //   d logp[t] / dz_j = onehot_j - p_j,   dH / dz_j = -p_j (log p_j + H).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const auto& hidden_TD = saved[0];
-    const auto& head_VD = saved[1];
-    const auto& targets_T = saved[2];
-    const auto& entropy_T = saved[3];
-    const auto& saved_logits_TV = saved[4];
+    const auto &hidden_TD = saved[0], &head_VD = saved[1], &targets_T = saved[2];
+    const auto &entropy_T = saved[3], &max_T = saved[4], &log_sum_T = saved[5];
+    const auto& saved_logits_TV = saved[6];
     double temperature = ctx->saved_data["temperature"].toDouble();
     int64_t chunk_bytes = ctx->saved_data["chunk_bytes"].toInt();
-    at::Tensor grad_lp = grads[0], grad_ent = grads[1];
+    bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    at::Tensor grad_lp = grads[0], grad_ent = with_entropy ? grads[1] : at::Tensor();
 
     const int64_t T = hidden_TD.size(0);
     const int64_t chunk = rows_per_chunk(head_VD.size(0), chunk_bytes);
@@ -78,27 +118,17 @@ struct FusedLogProbs : torch::autograd::Function<FusedLogProbs> {
     auto grad_head = at::zeros(head_VD.sizes(), head_VD.options().dtype(at::kFloat));
     for (int64_t start = 0; start < T; start += chunk) {
       int64_t len = std::min(chunk, T - start);
-      auto logits = saved_logits_TV.defined()
-                        ? saved_logits_TV.narrow(0, start, len)
-                        : at::linear(hidden_TD.narrow(0, start, len), head_VD);
-      auto z = scale(logits, temperature);
-      auto log_p = at::log_softmax(z, -1);
-      auto p = log_p.exp();
-      at::Tensor grad_z = at::zeros_like(z);
-      if (grad_lp.defined()) {
-        auto g = grad_lp.narrow(0, start, len).unsqueeze(1);
-        grad_z -= g * p;
-        grad_z.scatter_add_(1, targets_T.narrow(0, start, len).unsqueeze(1), g);
-      }
-      if (grad_ent.defined()) {
-        auto g = grad_ent.narrow(0, start, len).unsqueeze(1);
-        auto H = entropy_T.narrow(0, start, len).unsqueeze(1);
-        grad_z -= g * p * (log_p + H);
-      }
-      if (temperature != 1.0) grad_z /= temperature;
-      auto grad_logits = grad_z.to(hidden_TD.scalar_type());
-      grad_hidden.narrow(0, start, len).copy_(at::mm(grad_logits, head_VD));
       auto h = hidden_TD.narrow(0, start, len);
+      auto logits = saved_logits_TV.defined() ? saved_logits_TV.narrow(0, start, len)
+                                              : at::linear(h, head_VD);
+      kernels::SoftmaxStats st{slice(max_T, start, len),
+                               slice(log_sum_T, start, len),
+                               {},
+                               with_entropy ? slice(entropy_T, start, len) : at::Tensor()};
+      auto grad_logits = chunk_grad(logits, targets_T.narrow(0, start, len), temperature, st,
+                                    slice(grad_lp, start, len), slice(grad_ent, start, len));
+      auto grad_rows = grad_hidden.narrow(0, start, len);
+      at::mm_out(grad_rows, grad_logits, head_VD);
       grad_head += at::mm(grad_logits.t(), h).to(at::kFloat);
     }
     // One gradient per forward input: hidden, head, then none for the non-differentiable ones.

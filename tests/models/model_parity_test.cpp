@@ -170,8 +170,10 @@ class ModelParity : public ::testing::Test {
     return load_hf_model(out_dir_ / c.name / "model",
                          {.dtype = c.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
   }
-  static ForwardOptions options(const Case& c) {
-    return {.attn = parse_attn_impl(c.attn, "test"), .activation_checkpointing = false};
+  static ForwardOptions options(const Case& c, bool fused = true) {
+    return {.attn = parse_attn_impl(c.attn, "test"),
+            .activation_checkpointing = false,
+            .fused_kernels = fused};
   }
   // Next-token log-probs over the packed batch (0 at each document's last token).
   static at::Tensor packed_logprobs(const CausalLM& model, const PackedBatch& batch,
@@ -194,18 +196,21 @@ TEST_F(ModelParity, Fp32LogitsAndLogprobsMatchTransformers) {
   auto batch = PackedBatch::from_documents(test_documents());
   for (const auto& c : all_cases()) {
     if (c.dtype != "float32") continue;
-    SCOPED_TRACE(c.name);
     auto model = load(c);
     auto ref = outputs(c.name);
     c10::NoGradGuard no_grad;
-    auto logits = model->forward_logits(batch, options(c));
-    double logits_diff = max_abs_diff(logits.to(at::kFloat), ref->tensor("logits"));
-    double lp_diff =
-        max_abs_diff(packed_logprobs(*model, batch, options(c)), ref->tensor("logprobs"));
-    RecordProperty(c.name + "_logits_max_abs_diff", std::to_string(logits_diff));
-    RecordProperty(c.name + "_logprobs_max_abs_diff", std::to_string(lp_diff));
-    EXPECT_LE(logits_diff, 1e-4);
-    EXPECT_LE(lp_diff, 1e-4);
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
+      auto logits = model->forward_logits(batch, options(c, fused));
+      double logits_diff = max_abs_diff(logits.to(at::kFloat), ref->tensor("logits"));
+      double lp_diff =
+          max_abs_diff(packed_logprobs(*model, batch, options(c, fused)), ref->tensor("logprobs"));
+      std::string tag = c.name + (fused ? "_fused" : "_aten");
+      RecordProperty(tag + "_logits_max_abs_diff", std::to_string(logits_diff));
+      RecordProperty(tag + "_logprobs_max_abs_diff", std::to_string(lp_diff));
+      EXPECT_LE(logits_diff, 1e-4);
+      EXPECT_LE(lp_diff, 1e-4);
+    }
   }
 }
 
@@ -213,21 +218,24 @@ TEST_F(ModelParity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
   auto batch = PackedBatch::from_documents(test_documents());
   for (const auto& c : all_cases()) {
     if (c.dtype != "bfloat16") continue;
-    SCOPED_TRACE(c.name);
     auto model = load(c);
     auto ref = outputs(c.name);
     c10::NoGradGuard no_grad;
-    auto lp = packed_logprobs(*model, batch, options(c));
-    auto lp_fp32 = ref->tensor("logprobs_fp32");
-    double hf_error = max_abs_diff(ref->tensor("logprobs"), lp_fp32);
-    double our_error = max_abs_diff(lp, lp_fp32);
-    double diff = max_abs_diff(lp, ref->tensor("logprobs"));
-    RecordProperty(c.name + "_hf_bf16_error", std::to_string(hf_error));
-    RecordProperty(c.name + "_furlong_bf16_error", std::to_string(our_error));
-    RecordProperty(c.name + "_furlong_vs_hf_bf16", std::to_string(diff));
-    EXPECT_GT(hf_error, 0.0) << "bf16 reference should differ from fp32";
-    EXPECT_LE(our_error, 1.5 * hf_error);
-    EXPECT_LE(diff, 2.5 * hf_error);
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
+      auto lp = packed_logprobs(*model, batch, options(c, fused));
+      auto lp_fp32 = ref->tensor("logprobs_fp32");
+      double hf_error = max_abs_diff(ref->tensor("logprobs"), lp_fp32);
+      double our_error = max_abs_diff(lp, lp_fp32);
+      double diff = max_abs_diff(lp, ref->tensor("logprobs"));
+      std::string tag = c.name + (fused ? "_fused" : "_aten");
+      RecordProperty(tag + "_hf_bf16_error", std::to_string(hf_error));
+      RecordProperty(tag + "_furlong_bf16_error", std::to_string(our_error));
+      RecordProperty(tag + "_furlong_vs_hf_bf16", std::to_string(diff));
+      EXPECT_GT(hf_error, 0.0) << "bf16 reference should differ from fp32";
+      EXPECT_LE(our_error, 1.5 * hf_error);
+      EXPECT_LE(diff, 2.5 * hf_error);
+    }
   }
 }
 

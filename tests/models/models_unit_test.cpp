@@ -139,38 +139,47 @@ TEST(Models, ActivationCheckpointingGivesIdenticalGradients) {
   }
 }
 
-TEST(Models, FusedLogprobsMatchPlainAutogradIncludingEntropyAndTemperature) {
+class FusedLogprobs : public ::testing::TestWithParam<c10::ScalarType> {};
+
+// kDouble runs the ATen path, kFloat the CPU kernel; both against a float64 autograd reference,
+// for one row per chunk or one chunk, logits recomputed in backward or kept from forward.
+TEST_P(FusedLogprobs, MatchPlainAutogradIncludingEntropyAndTemperature) {
   at::manual_seed(3);
-  auto hidden = at::randn({37, 16}, at::kDouble).requires_grad_(true);
-  auto head = at::randn({29, 16}, at::kDouble).requires_grad_(true);
+  auto dtype = GetParam();
+  auto hidden64 = at::randn({37, 16}, at::kDouble), head64 = at::randn({29, 16}, at::kDouble);
   auto targets = at::randint(0, 29, {37}, at::kLong);
   auto grad_lp = at::randn({37}, at::kDouble), grad_ent = at::randn({37}, at::kDouble);
-  for (int64_t chunk_bytes : {int64_t{1}, int64_t{1} << 30}) {  // 1 row per chunk, one chunk
-    SCOPED_TRACE(chunk_bytes);
-    auto fused =
-        token_logprobs(hidden, head, targets,
-                       {.temperature = 0.7, .with_entropy = true, .chunk_bytes = chunk_bytes});
+
+  auto h64 = hidden64.clone().requires_grad_(true), w64 = head64.clone().requires_grad_(true);
+  auto logp = at::log_softmax(at::linear(h64, w64) / 0.7, -1);
+  auto lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+  auto ent = -(logp.exp() * logp).sum(-1);
+  torch::autograd::backward({lp, ent}, {grad_lp, grad_ent});
+
+  for (auto [chunk_bytes, saved_bytes] : {std::pair<int64_t, int64_t>{1, 0},
+                                          {int64_t{1} << 30, 0},
+                                          {1, int64_t{1} << 30},
+                                          {int64_t{1} << 30, int64_t{1} << 30}}) {
+    SCOPED_TRACE(std::to_string(chunk_bytes) + "/" + std::to_string(saved_bytes));
+    auto hidden = hidden64.to(dtype).clone().requires_grad_(true);
+    auto head = head64.to(dtype).clone().requires_grad_(true);
+    auto fused = token_logprobs(hidden, head, targets,
+                                {.temperature = 0.7,
+                                 .with_entropy = true,
+                                 .chunk_bytes = chunk_bytes,
+                                 .saved_logits_bytes = saved_bytes});
     torch::autograd::backward({fused.logprobs_T, fused.entropy_T},
                               {grad_lp.to(at::kFloat), grad_ent.to(at::kFloat)});
-    auto fused_gh = hidden.grad().clone(), fused_gw = head.grad().clone();
-    hidden.mutable_grad() = at::Tensor();
-    head.mutable_grad() = at::Tensor();
-
-    auto z = at::linear(hidden, head) / 0.7;
-    auto logp = at::log_softmax(z, -1);
-    auto lp = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
-    auto ent = -(logp.exp() * logp).sum(-1);
-    // The fused kernel works in fp32 (the reference here in fp64): fp32 rounding of values of
-    // magnitude ~10 is ~1e-6.
+    // Statistics are computed in fp32 (the reference in fp64): rounding of values of
+    // magnitude ~10 is ~1e-6; gradients accumulate over 29 classes.
     EXPECT_LE(testing::max_abs_diff(fused.logprobs_T, lp), 2e-5);
     EXPECT_LE(testing::max_abs_diff(fused.entropy_T, ent), 2e-5);
-    torch::autograd::backward({lp, ent}, {grad_lp, grad_ent});
-    EXPECT_LE(testing::max_abs_diff(fused_gh, hidden.grad()), 1e-4);
-    EXPECT_LE(testing::max_abs_diff(fused_gw, head.grad()), 1e-4);
-    hidden.mutable_grad() = at::Tensor();
-    head.mutable_grad() = at::Tensor();
+    EXPECT_LE(testing::max_abs_diff(hidden.grad(), h64.grad()), 1e-4);
+    EXPECT_LE(testing::max_abs_diff(head.grad(), w64.grad()), 1e-4);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AtenAndKernel, FusedLogprobs, ::testing::Values(at::kDouble, at::kFloat));
 
 TEST(Models, InitIsDeterministicPerSeedAndFollowsHfScheme) {
   auto a = random_model(small_config(), 11), b = random_model(small_config(), 11);
