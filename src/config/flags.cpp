@@ -151,63 +151,38 @@ Flag& FlagSet::add(const std::string& name, std::string* field, const std::strin
                    }});
 }
 
+// An optional field: "none" (or "null", "~") resets it; anything else goes through `parse`.
+template <typename T, typename Parse, typename Format>
+Flag optional_flag(const std::string& name, std::optional<T>* field, const std::string& help,
+                   FlagType type, Parse parse, Format format) {
+  Flag flag{name, type, help, "", *field ? format(**field) : "", {}, false, true, nullptr};
+  flag.set = [field, parse](const std::vector<std::string>& v, const std::string& src) {
+    const auto& s = single(v, src);
+    if (is_none(s)) {
+      field->reset();
+    } else {
+      *field = parse(s, src);
+    }
+  };
+  return flag;
+}
+
 Flag& FlagSet::add(const std::string& name, std::optional<int64_t>* field,
                    const std::string& help) {
-  return add_flag({name,
-                   FlagType::kInt,
-                   help,
-                   "",
-                   *field ? std::to_string(**field) : "",
-                   {},
-                   false,
-                   true,
-                   [field](const std::vector<std::string>& v, const std::string& src) {
-                     const auto& s = single(v, src);
-                     if (is_none(s)) {
-                       field->reset();
-                     } else {
-                       *field = parse_int(s, src);
-                     }
-                   }});
+  return add_flag(optional_flag(name, field, help, FlagType::kInt, parse_int,
+                                [](int64_t v) { return std::to_string(v); }));
 }
 
 Flag& FlagSet::add(const std::string& name, std::optional<double>* field, const std::string& help) {
-  return add_flag({name,
-                   FlagType::kFloat,
-                   help,
-                   "",
-                   *field ? format_double(**field) : "",
-                   {},
-                   false,
-                   true,
-                   [field](const std::vector<std::string>& v, const std::string& src) {
-                     const auto& s = single(v, src);
-                     if (is_none(s)) {
-                       field->reset();
-                     } else {
-                       *field = parse_float(s, src);
-                     }
-                   }});
+  return add_flag(optional_flag(name, field, help, FlagType::kFloat, parse_float, format_double));
 }
 
 Flag& FlagSet::add(const std::string& name, std::optional<std::string>* field,
                    const std::string& help) {
-  return add_flag({name,
-                   FlagType::kString,
-                   help,
-                   "",
-                   field->value_or(""),
-                   {},
-                   false,
-                   true,
-                   [field](const std::vector<std::string>& v, const std::string& src) {
-                     const auto& s = single(v, src);
-                     if (is_none(s)) {
-                       field->reset();
-                     } else {
-                       *field = s;
-                     }
-                   }});
+  return add_flag(optional_flag(
+      name, field, help, FlagType::kString,
+      [](const std::string& s, const std::string&) { return s; },
+      [](const std::string& s) { return s; }));
 }
 
 Flag& FlagSet::add(const std::string& name, std::vector<int64_t>* field, const std::string& help) {

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "core/error.h"
+
 #include <ATen/ATen.h>
 
 #include <sys/wait.h>
@@ -102,6 +104,19 @@ std::filesystem::path cached_oracle(
   std::filesystem::rename(tmp, final_dir, ec);  // fails harmlessly if another process won
   if (ec) std::filesystem::remove_all(tmp);
   return final_dir;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected furlong::Error, got another exception: " << e.what();
+    return "<other exception>";
+  }
+  ADD_FAILURE() << "expected furlong::Error, nothing was thrown";
+  return "<no error>";
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {

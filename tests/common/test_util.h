@@ -41,6 +41,10 @@ std::filesystem::path cached_oracle(
 // Quotes one argument for /bin/sh.
 std::string shell_quote(const std::string& arg);
 
+// The message of the furlong::Error `fn` throws; a test failure if it throws anything else or
+// nothing.
+std::string error_of(const std::function<void()>& fn);
+
 // max |a - b| over all elements (both cast to double, same shape required).
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 // max |a - b| / max(|b|, floor).

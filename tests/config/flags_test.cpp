@@ -36,14 +36,7 @@ FlagSet make_flags(Options& o) {
   return f;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 TEST(Flags, DefaultsAreTheFieldValues) {
   Options o;

@@ -10,14 +10,7 @@
 namespace furlong {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 TEST(JsonUtil, ParseErrorNamesSourceLineAndColumn) {
   auto msg = error_of([] { parse_json("{\n  \"a\": 1,\n  \"b\": }", "cfg.json"); });

@@ -12,24 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "core/error.h"
 
 namespace furlong::io::testing {
 
-// The message of the furlong::Error `fn` throws; a test failure if it throws anything else or
-// nothing.
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected furlong::Error, got another exception: " << e.what();
-    return "<other exception>";
-  }
-  ADD_FAILURE() << "expected furlong::Error, nothing was thrown";
-  return "<no error>";
-}
+using furlong::testing::error_of;
 
 #define EXPECT_HAS(message, part) \
   EXPECT_NE(std::string(message).find(part), std::string::npos) << "message: " << (message)

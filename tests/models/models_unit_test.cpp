@@ -21,14 +21,7 @@ Json small_config(const std::string& arch = "Qwen3ForCausalLM") {
               {"initializer_range", 0.2}};
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 std::unique_ptr<CausalLM> random_model(const Json& cfg, uint64_t seed = 0) {
   auto model = create_model(cfg, "test");

@@ -29,14 +29,7 @@ using Ids = std::vector<int64_t>;
 constexpr const char* kQwenPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using testing::error_of;
 
 // A small valid byte-level BPE tokenizer.json: the 256 byte characters, a few merges, two added
 // tokens, NFC, the Qwen split regex, a TemplateProcessing post-processor.
