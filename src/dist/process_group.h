@@ -1,0 +1,142 @@
+// Process groups for furlong's distributed layers, on c10d (Gloo on CPU, NCCL on CUDA).
+//
+// Ranks rendezvous from the standard environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT), the way torchrun and `furlong launch` set it. With no environment the run is a
+// single process (world size 1) and every collective is an identity.
+//
+// Every collective blocks until it completes or raises furlong::Error within the group's
+// timeout (a dead peer surfaces as an error naming the group and the operation, never a hang).
+// Collectives must be issued in the same order on all members of a group.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace furlong::dist {
+
+struct RendezvousInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // torchrun's agent already serves the store (TORCHELASTIC_USE_AGENT_STORE=True): every rank
+  // is a client; otherwise rank 0 hosts it.
+  bool agent_store = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+};
+
+// Reads the environment; missing variables mean a single process. Malformed values (e.g.
+// RANK >= WORLD_SIZE, a non-numeric port) are errors naming the variable.
+RendezvousInfo rendezvous_from_env();
+
+enum class Backend { kAuto, kGloo, kNccl };
+Backend parse_backend(const std::string& name, const std::string& where);  // auto|gloo|nccl
+const char* backend_name(Backend backend);                                 // "auto"|"gloo"|"nccl"
+
+struct InitOptions {
+  Backend backend = Backend::kAuto;  // auto: NCCL when CUDA is available (and compiled), else Gloo
+  // Collective timeout: a collective (or group creation) that does not complete within it raises
+  // furlong::Error. Also the rendezvous timeout unless rendezvous_timeout is set.
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // How long ranks wait for each other to start (slow node start-up can need more than a
+  // collective). Defaults to `timeout`.
+  std::optional<std::chrono::milliseconds> rendezvous_timeout;
+};
+
+// An outstanding asynchronous collective.
+class Work {
+ public:
+  Work();  // a completed no-op (defined out of line: Impl is incomplete here)
+  ~Work();
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+  // Blocks until done; furlong::Error on failure or timeout. A no-op after the first call.
+  // Outputs are valid only after wait(). Destroying a Work that was not waited on waits for it
+  // (logging, not throwing, a failure), so staged results are never left half-written.
+  void wait();
+
+  // Implementation detail of src/dist (opaque elsewhere).
+  struct Impl;
+  explicit Work(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A group of ranks with one c10d backend. Size-1 groups are real groups on which every
+// collective is an identity (never a reduction over other ranks).
+class Group {
+ public:
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const std::string& name() const;
+  int rank() const;  // rank within the group
+  int size() const;
+  const std::vector<int>& global_ranks() const;  // global rank of each member, by group rank
+
+  // In-place elementwise SUM over the group.
+  void all_reduce_sum(at::Tensor& tensor);
+  Work all_reduce_sum_async(at::Tensor& tensor);
+  // out (size() * in.numel() elements, contiguous) = concatenation of every member's `in`.
+  void all_gather(at::Tensor& out, const at::Tensor& in);
+  Work all_gather_async(at::Tensor& out, const at::Tensor& in);
+  // out (in.numel() / size() elements) = SUM over members of chunk rank() of their `in`.
+  // (Always SUM; callers divide. Gloo's emulated reduce-scatter has mishandled AVG.)
+  void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in);
+  Work reduce_scatter_sum_async(at::Tensor& out, const at::Tensor& in);
+  void broadcast(at::Tensor& tensor, int root);  // root is a group rank
+  void barrier();
+  // Every member's string, by group rank (metrics, checkpoint metadata).
+  std::vector<std::string> all_gather_strings(const std::string& value);
+
+  // Implementation detail of src/dist (opaque elsewhere).
+  struct Impl;
+  explicit Group(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The world group plus factory for subgroups; owns the store.
+class ProcessGroups {
+ public:
+  // Rendezvous and create the world group. Blocks until all ranks have joined (or times out
+  // with an error saying how many joined).
+  static std::unique_ptr<ProcessGroups> init(const RendezvousInfo& info,
+                                             const InitOptions& options = {});
+  // Rank 0, when it serves the store, waits (bounded) for the other ranks to check out first, so
+  // none loses the store while still creating a group. Skipped after a collective failed.
+  ~ProcessGroups();
+
+  const RendezvousInfo& info() const;
+  Group& world();
+  // The device this rank computes on: cuda:<local_rank> with NCCL, else CPU.
+  c10::Device device() const;
+  Backend backend() const;
+  // A group of the given global ranks (sorted, unique, including this rank), with a name unique
+  // in this run. Only members call it; members must call in the same order.
+  std::unique_ptr<Group> new_group(const std::vector<int>& ranks, const std::string& name);
+
+  // Implementation detail of src/dist (opaque elsewhere).
+  struct Impl;
+  explicit ProcessGroups(std::unique_ptr<Impl> impl);
+
+ private:
+  friend class Mesh;
+  // 0, 1, 2, ... per call: numbers meshes so their group names are unique and deterministic.
+  int next_mesh_index();
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace furlong::dist
