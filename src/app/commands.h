@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/flags.h"
+#include "train/options.h"
 
 namespace furlong::app {
 
@@ -47,6 +49,22 @@ struct InitModelOptions {
   std::string dtype = "bfloat16";
 };
 
+struct ExportHfOptions {
+  std::string load;                  // the --save directory of a training run
+  std::optional<int64_t> iteration;  // default: the latest
+  std::string out;
+  std::string dtype;  // "" = the model's checkpoint dtype
+};
+
+struct LaunchFlags {
+  int64_t nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 0;
+};
+
+void register_flags(config::FlagSet& flags, train::TrainOptions& options);
+void register_flags(config::FlagSet& flags, ExportHfOptions& options);
+void register_flags(config::FlagSet& flags, LaunchFlags& options);
 void register_flags(config::FlagSet& flags, ScoreOptions& options);
 void register_flags(config::FlagSet& flags, TokenizeOptions& options);
 void register_flags(config::FlagSet& flags, InitModelOptions& options);
@@ -54,6 +72,9 @@ void register_flags(config::FlagSet& flags, InitModelOptions& options);
 int run_score(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 int run_init_model(const std::vector<std::string>& args);
+int run_train(const std::vector<std::string>& args);
+int run_launch(const std::vector<std::string>& args);
+int run_export_hf(const std::vector<std::string>& args);
 
 struct Command {
   std::string name;

@@ -35,6 +35,21 @@ const std::vector<Command>& commands() {
          static InitModelOptions o;
          register_flags(f, o);
        }},
+      {"train", "train a HF model (SFT today) with the FSDP backend, on every rank", run_train,
+       [](config::FlagSet& f) {
+         static train::TrainOptions o;
+         register_flags(f, o);
+       }},
+      {"launch", "start N local ranks of a command (torchrun's environment)", run_launch,
+       [](config::FlagSet& f) {
+         static LaunchFlags o;
+         register_flags(f, o);
+       }},
+      {"export-hf", "write a HF model directory from a training checkpoint", run_export_hf,
+       [](config::FlagSet& f) {
+         static ExportHfOptions o;
+         register_flags(f, o);
+       }},
       {"cli-reference", "print the markdown CLI reference (docs/cli.md)",
        [](const std::vector<std::string>&) {
          std::fputs(cli_reference_markdown().c_str(), stdout);

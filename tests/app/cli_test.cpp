@@ -217,7 +217,7 @@ TEST_F(Cli, TokenizeMatchesTransformersForTextAndChatRows) {
 }
 
 TEST_F(Cli, HelpWorksForEveryCommandAndTheCliReferenceIsCurrent) {
-  for (const char* cmd : {"score", "tokenize", "init-model"}) {
+  for (const char* cmd : {"score", "tokenize", "init-model", "train", "launch", "export-hf"}) {
     auto r = run_command(furlong_cmd(std::string(cmd) + " --help"));
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.output.find("usage: furlong " + std::string(cmd)), std::string::npos);

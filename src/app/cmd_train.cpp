@@ -1,0 +1,24 @@
+// furlong train: the training job. Today: supervised fine-tuning (--loss-type sft_loss) with the
+// FSDP backend; every rank runs this (torchrun --no-python or furlong launch).
+#include "app/common.h"
+#include "core/log.h"
+#include "train/sft_trainer.h"
+
+namespace furlong::app {
+
+int run_train(const std::vector<std::string>& args) {
+  train::TrainOptions o;
+  config::FlagSet flags("furlong train",
+                        "Train a HF model with the FSDP backend (run on every rank: torchrun "
+                        "--no-python ... or furlong launch).");
+  register_flags(flags, o);
+  if (!flags.parse(args)) return 0;
+  apply_runtime_options({.num_threads = o.logging.num_threads});
+  if (o.batch.loss_type == "sft") o.batch.loss_type = "sft_loss";
+  FURLONG_CHECK(o.batch.loss_type == "sft_loss", "--loss-type ", o.batch.loss_type,
+                ": the RL loop (policy_loss) is not part of this build yet; use --loss-type "
+                "sft_loss for supervised fine-tuning");
+  return train::run_sft(o);
+}
+
+}  // namespace furlong::app

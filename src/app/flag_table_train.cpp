@@ -1,0 +1,152 @@
+// The flag table of `furlong train` (and `furlong launch` / `export-hf`): miles' names and
+// defaults, each bound to one field of train::TrainOptions. Part of the one flag table with
+// flag_table.cpp (split only to keep files short).
+#include "app/commands.h"
+#include "optim/lr_scheduler.h"
+
+namespace furlong::app {
+namespace {
+
+void add_model_flags(config::FlagSet& f, train::ModelOptions& m, train::ParallelOptions& p) {
+  f.set_group("Model and backend");
+  f.add("hf-checkpoint", &m.hf_checkpoint,
+        "HF model directory to train (config.json, safetensors, tokenizer)")
+      .required = true;
+  f.add("train-backend", &p.train_backend, "training backend").choices = {"fsdp"};
+  f.add("attn-implementation", &m.attn_implementation,
+        "attention path: sdpa (fused kernel) or eager (plain math reference)")
+      .choices = {"sdpa", "eager"};
+  f.add("gradient-checkpointing", &m.gradient_checkpointing,
+        "recompute each transformer block in backward instead of keeping its activations");
+  f.add("fused-kernels", &m.fused_kernels,
+        "one-pass CPU kernels for RMSNorm/RoPE/SwiGLU (off: ATen ops mirroring transformers)");
+}
+
+void add_parallel_flags(config::FlagSet& f, train::ParallelOptions& p, train::PrecisionOptions& q) {
+  f.set_group("Parallelism and precision");
+  f.add("dp-replicate-size", &p.dp_replicate_size,
+        "HSDP replicas R: the world is R x (world/R), sharded within a replica");
+  f.add("context-parallel-size", &p.context_parallel_size,
+        "must be 1 with the FSDP backend (kept for miles launch scripts)");
+  f.add("distributed-backend", &p.distributed_backend,
+        "collectives: auto (NCCL with CUDA, else Gloo), gloo or nccl")
+      .choices = {"auto", "gloo", "nccl"};
+  f.add("distributed-timeout-minutes", &p.distributed_timeout_minutes,
+        "a collective that does not complete in this time ends the run with an error");
+  f.add("fsdp-prefetch", &p.fsdp_prefetch,
+        "issue the next unit's all-gather before computing the current one");
+  f.add("fsdp-reshard-after-forward", &p.fsdp_reshard_after_forward,
+        "free each block's gathered parameters after its forward (re-gather for backward)");
+  f.add("fp16", &q.fp16, "compute in fp16 instead of bf16 (no loss scaling, as miles)");
+  f.add("compute-dtype", &q.compute_dtype,
+        "compute dtype: bfloat16, float16 or float32 (exact-parity runs); --fp16 wins")
+      .choices = {"bfloat16", "float16", "float32"};
+  f.add("keep-fp32-master", &q.keep_fp32_master,
+        "keep fp32 master weights and optimizer state (else the checkpoint's dtype)");
+  f.add("fsdp-cpu-offload", &q.fsdp_cpu_offload,
+        "keep shards and optimizer state in host memory and step there (GPU runs)");
+}
+
+void add_optimizer_flags(config::FlagSet& f, train::OptimizerOptions& o) {
+  f.set_group("Optimizer and learning rate");
+  f.add("optimizer", &o.optimizer, "only adam (AdamW) is supported").choices = {"adam"};
+  f.add("lr", &o.lr, "peak learning rate");
+  f.add("min-lr", &o.min_lr, "learning rate floor after decay");
+  f.add("lr-warmup-init", &o.lr_warmup_init, "learning rate at the start of warmup");
+  f.add("lr-decay-style", &o.lr_decay_style, "decay after warmup").choices =
+      optim::lr_decay_styles();
+  f.add("lr-decay-iters", &o.lr_decay_iters, "decay length in steps (default: the whole run)");
+  f.add("lr-warmup-iters", &o.lr_warmup_iters, "warmup steps");
+  f.add("lr-warmup-fraction", &o.lr_warmup_fraction,
+        "warmup as a fraction of the decay steps (wins over --lr-warmup-iters)");
+  f.add("lr-wsd-decay-iters", &o.lr_wsd_decay_iters, "WSD: length of the final anneal");
+  f.add("lr-wsd-decay-style", &o.lr_wsd_decay_style, "WSD: shape of the final anneal");
+  f.add("use-checkpoint-lr-scheduler", &o.use_checkpoint_lr_scheduler,
+        "on resume, take the LR schedule from the checkpoint");
+  f.add("override-lr-scheduler", &o.override_lr_scheduler,
+        "on resume, keep the LR schedule of the flags");
+  f.add("weight-decay", &o.weight_decay, "AdamW decoupled weight decay (all parameters)");
+  f.add("adam-beta1", &o.adam_beta1, "AdamW beta1");
+  f.add("adam-beta2", &o.adam_beta2, "AdamW beta2");
+  f.add("adam-eps", &o.adam_eps, "AdamW epsilon");
+  f.add("clip-grad", &o.clip_grad, "global gradient-norm clipping (0 = off)");
+}
+
+void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOptions& d) {
+  f.set_group("Batches and loss");
+  f.add("global-batch-size", &b.global_batch_size, "samples per optimizer step (all ranks)");
+  f.add("micro-batch-size", &b.micro_batch_size,
+        "samples per forward/backward (without --use-dynamic-batch-size)");
+  f.add("use-dynamic-batch-size", &b.use_dynamic_batch_size,
+        "form micro-batches by token count (needs --max-tokens-per-gpu)");
+  f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu, "token budget of a dynamic micro-batch");
+  f.add("calculate-per-token-loss", &b.calculate_per_token_loss,
+        "sum the loss over tokens instead of averaging per sample");
+  f.add("loss-type", &b.loss_type, "sft_loss (alias sft) for supervised fine-tuning").choices = {
+      "sft_loss", "sft", "policy_loss"};
+  f.add("rollout-batch-size", &d.rollout_batch_size,
+        "prompts per rollout (SFT: samples per rollout; default: the global batch size)");
+  f.add("n-samples-per-prompt", &d.n_samples_per_prompt, "samples generated per prompt");
+  f.add("num-steps-per-rollout", &d.num_steps_per_rollout,
+        "optimizer steps per rollout (derives --global-batch-size)");
+  f.add("num-rollout", &d.num_rollout, "rollouts to run (default: from --num-epoch)");
+  f.add("num-epoch", &d.num_epoch, "passes over the data when --num-rollout is unset");
+}
+
+void add_data_flags(config::FlagSet& f, train::DataOptions& d) {
+  f.set_group("Data");
+  f.add("prompt-data", &d.prompt_data, "JSONL data file");
+  f.add("input-key", &d.input_key, "field holding the prompt (text or messages)");
+  f.add("response-key", &d.response_key, "SFT: field holding the response text");
+  f.add("label-key", &d.label_key, "field holding the reference answer");
+  f.add("apply-chat-template", &d.apply_chat_template,
+        "render prompts with the tokenizer's chat template");
+  f.add("rollout-shuffle", &d.rollout_shuffle, "shuffle the data once per epoch");
+  f.add("rollout-seed", &d.rollout_seed, "seed of the data order");
+  f.add("seed", &d.seed, "random seed of the run");
+  f.add("max-length", &d.max_length, "SFT: drop samples longer than this many tokens (0 = keep)");
+}
+
+void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
+                          train::LoggingOptions& l) {
+  f.set_group("Checkpoints and logging");
+  f.add("save", &c.save, "directory for checkpoints (iter_XXXXXXX/ + tracker)");
+  f.add("save-interval", &c.save_interval, "save every N rollouts (and at the last one)");
+  f.add("load", &c.load, "resume from this --save directory when it holds a checkpoint");
+  f.add("save-trigger-sentinel", &c.save_trigger_sentinel,
+        "save after the current rollout when this file exists (then delete it)");
+  f.add("save-optim", &c.save_optim, "include the optimizer state in checkpoints");
+  f.add("load-optim", &c.load_optim, "restore the optimizer state on resume");
+  f.add("load-rng", &c.load_rng, "restore the random number generators on resume");
+  f.add("metrics-file", &l.metrics_file, "append per-step metrics to this JSONL file");
+  f.add("num-threads", &l.num_threads, "CPU threads per rank (0 = libtorch default)");
+}
+
+}  // namespace
+
+void register_flags(config::FlagSet& f, train::TrainOptions& o) {
+  add_model_flags(f, o.model, o.parallel);
+  add_parallel_flags(f, o.parallel, o.precision);
+  add_optimizer_flags(f, o.optimizer);
+  add_batch_flags(f, o.batch, o.data);
+  add_data_flags(f, o.data);
+  add_checkpoint_flags(f, o.checkpoint, o.logging);
+}
+
+void register_flags(config::FlagSet& f, ExportHfOptions& o) {
+  f.set_group("Export");
+  f.add("load", &o.load, "a training run's --save directory").required = true;
+  f.add("iteration", &o.iteration, "which iteration (default: the latest)");
+  f.add("out", &o.out, "output directory (a HF model directory)").required = true;
+  f.add("dtype", &o.dtype, "dtype to write (default: the model's checkpoint dtype)");
+}
+
+void register_flags(config::FlagSet& f, LaunchFlags& o) {
+  f.enable_yaml_config(false);
+  f.set_group("Launch");
+  f.add("nproc-per-node", &o.nproc_per_node, "ranks to start on this machine");
+  f.add("master-addr", &o.master_addr, "rendezvous address");
+  f.add("master-port", &o.master_port, "rendezvous port (0 = pick a free one)");
+}
+
+}  // namespace furlong::app

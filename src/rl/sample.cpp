@@ -1,0 +1,45 @@
+#include "rl/sample.h"
+
+#include "core/error.h"
+
+namespace furlong::rl {
+
+const char* status_name(SampleStatus status) {
+  switch (status) {
+    case SampleStatus::kPending:
+      return "pending";
+    case SampleStatus::kCompleted:
+      return "completed";
+    case SampleStatus::kTruncated:
+      return "truncated";
+    case SampleStatus::kAborted:
+      return "aborted";
+    case SampleStatus::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+double Sample::mask_sum() const {
+  if (remove) return 0.0;
+  double s = 0.0;
+  for (float m : loss_mask) s += m;
+  return s;
+}
+
+void validate_sample(const Sample& s, const std::string& where) {
+  FURLONG_CHECK(
+      s.response_length >= 0 && s.response_length <= static_cast<int64_t>(s.tokens.size()), where,
+      ": response_length ", s.response_length, " exceeds the ", s.tokens.size(), " tokens");
+  FURLONG_CHECK(s.prompt_length() >= 1, where,
+                ": a sample needs at least one prompt token before the response");
+  FURLONG_CHECK(static_cast<int64_t>(s.loss_mask.size()) == s.response_length, where,
+                ": loss_mask has ", s.loss_mask.size(), " entries for a response of ",
+                s.response_length, " tokens");
+  FURLONG_CHECK(s.rollout_log_probs.empty() ||
+                    static_cast<int64_t>(s.rollout_log_probs.size()) == s.response_length,
+                where, ": rollout_log_probs has ", s.rollout_log_probs.size(),
+                " entries for a response of ", s.response_length, " tokens");
+}
+
+}  // namespace furlong::rl

@@ -1,0 +1,52 @@
+// The contract between the RL loop and a training backend (the seeds' names): init, train,
+// update_weights, save_model, sleep, wake_up. `--train-backend` selects the implementation;
+// everything above this interface (rollout, rewards, algorithms, layout) is backend-agnostic.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rl/sample.h"
+#include "train/options.h"
+
+namespace furlong::dist {
+class ProcessGroups;
+}
+
+namespace furlong::train {
+
+// Metrics of one optimizer step (already averaged over ranks).
+struct StepMetrics {
+  int64_t step = 0;                      // global optimizer step
+  std::map<std::string, double> values;  // "loss", "grad_norm", "lr", ...
+};
+
+// Receives full (unsharded) weights, in the checkpoint's dtype, in model order, in buckets.
+using WeightSink = std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>;
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+  // Builds the model and optimizer and loads weights (a checkpoint from --load if one exists,
+  // else --hf-checkpoint). Returns the rollout id to start from.
+  virtual int64_t init() = 0;
+  // Trains on one rollout's samples (the same list on every rank; each takes its share).
+  virtual std::vector<StepMetrics> train(int64_t rollout_id,
+                                         const std::vector<rl::Sample>& samples) = 0;
+  // Streams the current weights to `sink` (collective; only rank 0's sink is called).
+  virtual void update_weights(const WeightSink& sink) = 0;
+  virtual void save_model(int64_t rollout_id) = 0;
+  virtual void sleep() = 0;
+  virtual void wake_up() = 0;
+};
+
+std::unique_ptr<TrainBackend> make_backend(const TrainOptions& options,
+                                           dist::ProcessGroups& groups);
+
+}  // namespace furlong::train

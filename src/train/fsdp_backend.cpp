@@ -1,0 +1,248 @@
+#include "train/fsdp_backend.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+
+#include "core/dtype.h"
+#include "core/log.h"
+#include "dist/process_group.h"
+#include "io/safetensors.h"
+#include "models/hf_model.h"
+#include "models/logprobs.h"
+#include "models/registry.h"
+#include "optim/clip_grad.h"
+#include "train/batching.h"
+#include "train/checkpoint.h"
+#include "train/loss.h"
+
+namespace furlong::train {
+namespace {
+
+c10::ScalarType compute_dtype(const PrecisionOptions& p) {
+  if (p.fp16) return c10::kHalf;
+  return parse_dtype(p.compute_dtype, "--compute-dtype");
+}
+
+optim::LrScheduleOptions lr_schedule_options(const OptimizerOptions& o) {
+  return {.lr = o.lr,
+          .min_lr = o.min_lr,
+          .lr_warmup_init = o.lr_warmup_init,
+          .lr_decay_style = o.lr_decay_style,
+          .lr_decay_iters = o.lr_decay_iters,
+          .lr_warmup_iters = o.lr_warmup_iters,
+          .lr_warmup_fraction = o.lr_warmup_fraction,
+          .lr_wsd_decay_iters = o.lr_wsd_decay_iters,
+          .lr_wsd_decay_style = o.lr_wsd_decay_style,
+          .use_checkpoint_lr_scheduler = o.use_checkpoint_lr_scheduler,
+          .override_lr_scheduler = o.override_lr_scheduler};
+}
+
+}  // namespace
+
+FsdpBackend::FsdpBackend(const TrainOptions& options, dist::ProcessGroups& groups)
+    : options_(options), groups_(&groups) {}
+
+FsdpBackend::~FsdpBackend() = default;
+
+models::ForwardOptions FsdpBackend::forward_options() const {
+  return {
+      .attn = models::parse_attn_impl(options_.model.attn_implementation, "--attn-implementation"),
+      .activation_checkpointing = options_.model.gradient_checkpointing,
+      .fused_kernels = options_.model.fused_kernels};
+}
+
+int64_t FsdpBackend::init() {
+  mesh_ = dist::Mesh::build(*groups_, static_cast<int>(options_.parallel.dp_replicate_size));
+  const auto& hf = options_.model.hf_checkpoint;
+  auto model = models::create_model(models::read_hf_config(hf), hf + "/config.json");
+  fsdp::FsdpOptions fsdp_options{
+      .param_dtype = compute_dtype(options_.precision),
+      .reduce_dtype = c10::kFloat,
+      .keep_fp32_master = options_.precision.keep_fp32_master,
+      .reshard_after_forward = options_.parallel.fsdp_reshard_after_forward,
+      .prefetch = options_.parallel.fsdp_prefetch};
+  model_ =
+      std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, fsdp_options, groups_->device());
+  const auto& o = options_.optimizer;
+  FURLONG_CHECK(o.optimizer == "adam", "Unsupported optimizer: ", o.optimizer,
+                ". Supported options: 'adam' (AdamW)");
+  optimizer_ = std::make_unique<optim::AdamW>(model_->parameters(),
+                                              optim::AdamWOptions{.lr = o.lr,
+                                                                  .beta1 = o.adam_beta1,
+                                                                  .beta2 = o.adam_beta2,
+                                                                  .eps = o.adam_eps,
+                                                                  .weight_decay = o.weight_decay});
+  scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_options(options_.optimizer),
+                                                    options_.derived.train_iters);
+
+  int64_t start_rollout = 0;
+  auto loaded = options_.checkpoint.load
+                    ? load_checkpoint(*options_.checkpoint.load, *this, options_.checkpoint)
+                    : std::nullopt;
+  if (loaded) {
+    start_rollout = loaded->next_rollout_id;
+    global_step_ = loaded->global_step;
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    model_->load_hf(io::HfWeights::open(hf));
+    LOG_INFO("loaded ", model_->model().config().architecture, " (",
+             model_->model().num_parameters(), " parameters) from ", hf, " in ",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+             " s; sharded over ", mesh_->shard_size(), " rank(s), replicated ",
+             mesh_->replicate_size(), "x");
+  }
+  return start_rollout;
+}
+
+std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
+                                            const std::vector<rl::Sample>& samples) {
+  FURLONG_CHECK(!asleep_, "train() called while the backend is asleep; call wake_up() first");
+  auto& dp = mesh_->dp();
+  auto indices = dp_shard_indices(samples.size(), dp.rank(), dp.size());
+  std::vector<const rl::Sample*> local;
+  std::vector<int64_t> lengths;
+  for (size_t i : indices) {
+    local.push_back(&samples[i]);
+    lengths.push_back(static_cast<int64_t>(samples[i].tokens.size()));
+  }
+  BatchingOptions batching{.global_batch_size = options_.derived.global_batch_size,
+                           .micro_batch_size = options_.batch.micro_batch_size,
+                           .dynamic = options_.batch.use_dynamic_batch_size,
+                           .max_tokens_per_gpu = options_.batch.max_tokens_per_gpu.value_or(0)};
+  auto all_reduce_max = [&](int64_t v) {
+    auto mine = at::tensor({v}, at::kLong);
+    auto all = at::empty({dp.size()}, at::kLong);
+    dp.all_gather(all, mine);
+    return all.max().item<int64_t>();
+  };
+  auto plan = plan_batches(lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
+                           all_reduce_max);
+  std::vector<StepMetrics> metrics;
+  for (const auto& step : plan) {
+    metrics.push_back(train_step(local, step));
+    metrics.back().values["rollout_id"] = static_cast<double>(rollout_id);
+  }
+  return metrics;
+}
+
+void FsdpBackend::train_micro_batch(const MicroBatch& mb, std::map<std::string, double>& sums) {
+  auto out = model_->forward(mb.batch, forward_options());
+  at::Tensor scaled;
+  if (mb.rows_R.numel() == 0) {
+    // An empty micro-batch still runs forward and backward so the collectives line up.
+    scaled = out.hidden_TD.sum() * 0.0 + out.head_VD.sum() * 0.0;
+  } else {
+    auto device = out.hidden_TD.device();
+    auto lp = models::token_logprobs(out.hidden_TD.index_select(0, mb.rows_R.to(device)),
+                                     out.head_VD, mb.targets_R.to(device), {.with_entropy = false});
+    const bool per_token = options_.batch.calculate_per_token_loss;
+    auto loss = sft_loss(mb, lp, per_token);
+    for (const auto& [k, v] : loss.metrics) sums[k] += v;
+    // FSDP averages gradients over the W ranks; scaling by W / GBS makes the step's gradient
+    // that of (1 / GBS) * sum over the step's samples of their per-sample loss (miles).
+    scaled = per_token ? loss.loss
+                       : loss.loss * (static_cast<double>(mesh_->world_size()) /
+                                      static_cast<double>(options_.derived.global_batch_size));
+  }
+  const bool per_token = options_.batch.calculate_per_token_loss;
+  double count = 0;
+  for (size_t i = 0; i < mb.mask_sums.size(); ++i) count += per_token ? mb.mask_sums[i] : 1.0;
+  sums["count"] += count;
+  scaled.backward();
+  model_->end_step();
+}
+
+StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
+                                    const std::vector<std::vector<size_t>>& micro_batches) {
+  auto t0 = std::chrono::steady_clock::now();
+  optimizer_->zero_grad();
+  std::map<std::string, double> sums{{"count", 0.0}, {"loss", 0.0}};
+  int64_t tokens = 0;
+  for (const auto& items : micro_batches) {
+    std::vector<const rl::Sample*> samples;
+    for (size_t i : items) {
+      samples.push_back(local[i]);
+      tokens += static_cast<int64_t>(local[i]->tokens.size());
+    }
+    train_micro_batch(pack_micro_batch(samples), sums);
+  }
+  auto& shard_group = mesh_->dp_shard();
+  double grad_norm =
+      optim::clip_grad_norm(model_->parameters(), options_.optimizer.clip_grad, [&](double v) {
+        auto t = at::tensor({v}, at::kDouble);
+        shard_group.all_reduce_sum(t);
+        return t.item<double>();
+      });
+  optimizer_->options().lr = scheduler_->current_lr();
+  optimizer_->step();
+  scheduler_->advance();
+  ++global_step_;
+  // miles logs the LR read after the scheduler step (the next step's LR) as train/lr-pg_0.
+  const double lr = scheduler_->current_lr();
+
+  // Metric sums over all ranks, then per-sample (or per-token) means.
+  sums["tokens"] = static_cast<double>(tokens);
+  std::vector<double> values;
+  for (const auto& entry : sums) values.push_back(entry.second);
+  auto totals = at::tensor(values, at::kDouble);
+  mesh_->dp().all_reduce_sum(totals);
+  size_t i = 0;
+  for (auto& entry : sums) entry.second = totals[static_cast<int64_t>(i++)].item<double>();
+  StepMetrics m;
+  m.step = global_step_;
+  const double count = std::max(1.0, sums["count"]);
+  for (const auto& [key, total] : sums) {
+    if (key != "count" && key != "tokens") m.values[key] = total / count;
+  }
+  m.values["tokens"] = sums["tokens"];
+  m.values["grad_norm"] = grad_norm;
+  m.values["lr"] = lr;
+  m.values["step_time"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+void FsdpBackend::update_weights(const WeightSink& sink) {
+  const auto dtype = model_->model().config().dtype;
+  const bool root = groups_->world().rank() == 0;
+  std::vector<std::pair<std::string, at::Tensor>> bucket;
+  model_->for_each_full_parameter(dtype, [&](const std::string& name, const at::Tensor& t) {
+    if (root) bucket.emplace_back(name, t);
+  });
+  if (root && sink) sink(bucket);
+}
+
+void FsdpBackend::save_model(int64_t rollout_id) {
+  FURLONG_CHECK(options_.checkpoint.save, "save_model needs --save");
+  save_checkpoint(*options_.checkpoint.save, rollout_id, *this, options_.checkpoint);
+}
+
+void FsdpBackend::sleep() {
+  if (asleep_) return;
+  if (!groups_->device().is_cpu()) {
+    model_->to(c10::kCPU);
+    optimizer_->to(c10::kCPU, /*pin_memory=*/true);
+  }
+  asleep_ = true;
+  groups_->world().barrier();
+}
+
+void FsdpBackend::wake_up() {
+  if (!asleep_) return;
+  if (!groups_->device().is_cpu()) {
+    model_->to(groups_->device());
+    optimizer_->to(groups_->device());
+  }
+  asleep_ = false;
+  groups_->world().barrier();
+}
+
+std::unique_ptr<TrainBackend> make_backend(const TrainOptions& options,
+                                           dist::ProcessGroups& groups) {
+  FURLONG_CHECK(options.parallel.train_backend == "fsdp", "unsupported --train-backend '",
+                options.parallel.train_backend, "'; furlong implements 'fsdp'");
+  return std::make_unique<FsdpBackend>(options, groups);
+}
+
+}  // namespace furlong::train

@@ -1,0 +1,128 @@
+// The seeds' guard for the FSDP backend: with the same seed and data, one optimizer step at
+// topologies r1s4, r2s2 and r4s1 (4 ranks) gives the same gradients and updated parameters as a
+// single process, on every rank, with and without fp32 master weights; 20 SFT steps at r2s2
+// follow the single-process loss curve; sleep/wake_up and micro-batching change nothing.
+//
+// Tolerance (fp32 compute): rtol 2e-5, atol 2e-6, the bound miles' own test uses; only the
+// order of floating-point sums differs between topologies (reduce-scatter vs local sums).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "core/files.h"
+#include "train_test_util.h"
+
+namespace furlong::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace testing;
+
+constexpr double kRtol = 2e-5, kAtol = 2e-6;
+
+class FsdpParity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = furlong::testing::binary_dir() / "testdata" / ("fsdp." + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_model(dir_ / "model_bf16", tiny_config(false), at::kBFloat16, 3);
+    write_model(dir_ / "model_fp32", tiny_config(false), at::kFloat, 3);
+    write_model(dir_ / "model_tied", tiny_config(true), at::kFloat, 4);
+    write_sft_data(dir_ / "data.jsonl", 160, 61, 7);
+  }
+
+  // Runs the worker; returns its output directory.
+  static fs::path run(const std::string& name, int nproc, std::vector<std::string> flags) {
+    auto out = dir_ / name;
+    std::vector<std::string> argv = {worker_binary().string(), "--data",
+                                     (dir_ / "data.jsonl").string(), "--out", out.string()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = run_ranks(nproc, argv);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }
+
+  static void expect_close(const fs::path& got_dir, int ranks, const fs::path& want_dir,
+                           const std::string& what) {
+    auto want = read_dumps(want_dir, 1)[0];
+    auto got = read_dumps(got_dir, ranks);
+    for (int r = 0; r < ranks; ++r) {
+      std::string worst;
+      double v = max_violation(got[r], want, kRtol, kAtol, &worst);
+      EXPECT_LE(v, 0.0) << what << ": rank " << r << " differs most at " << worst;
+      if (r > 0) {
+        for (const auto& [name, t] : got[0]) {
+          EXPECT_TRUE(at::equal(t, got[r][name])) << what << ": rank " << r << " " << name;
+        }
+      }
+    }
+  }
+
+  static fs::path dir_;
+};
+fs::path FsdpParity::dir_;
+
+TEST_F(FsdpParity, OneStepMatchesSingleProcessAtEveryTopology) {
+  for (bool master : {true, false}) {
+    SCOPED_TRACE(master ? "fp32 master over a bf16 checkpoint" : "no master (fp32 checkpoint)");
+    std::vector<std::string> flags = {"--model",
+                                      (dir_ / (master ? "model_bf16" : "model_fp32")).string()};
+    if (!master) flags.push_back("--no-keep-fp32-master");
+    std::string tag = master ? "master" : "nomaster";
+    auto single = run("single_" + tag, 0, flags);
+    for (int replicas : {1, 2, 4}) {
+      auto f = flags;
+      f.insert(f.end(), {"--dp-replicate-size", std::to_string(replicas)});
+      std::string topo = "r" + std::to_string(replicas) + "s" + std::to_string(4 / replicas);
+      auto out = run(topo + "_" + tag, 4, f);
+      expect_close(out, 4, single, topo + " " + tag);
+    }
+  }
+}
+
+TEST_F(FsdpParity, TiedEmbeddingsShardCorrectly) {
+  std::vector<std::string> flags = {"--model", (dir_ / "model_tied").string()};
+  auto single = run("tied_single", 0, flags);
+  flags.insert(flags.end(), {"--dp-replicate-size", "2"});
+  expect_close(run("tied_r2s2", 4, flags), 4, single, "tied r2s2");
+}
+
+TEST_F(FsdpParity, TwentyStepsAtR2S2FollowTheSingleProcessLossCurve) {
+  std::vector<std::string> flags = {"--model", (dir_ / "model_bf16").string(), "--rollouts", "20"};
+  auto single = read_json_file(run("curve_single", 0, flags) / "losses.json");
+  flags.insert(flags.end(), {"--dp-replicate-size", "2"});
+  auto sharded = read_json_file(run("curve_r2s2", 4, flags) / "losses.json");
+  ASSERT_EQ(single.size(), 20u);
+  ASSERT_EQ(sharded.size(), 20u);
+  for (size_t i = 0; i < single.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      double want = single[i][key], got = sharded[i][key];
+      EXPECT_NEAR(got, want, kAtol + kRtol * std::abs(want)) << key << " at step " << i + 1;
+    }
+  }
+  EXPECT_LT(single[19]["loss"].get<double>(), single[0]["loss"].get<double>())
+      << "the loss should fall over 20 steps";
+}
+
+TEST_F(FsdpParity, SleepWakeUpAndMicroBatchingChangeNothing) {
+  std::vector<std::string> flags = {"--model", (dir_ / "model_bf16").string(), "--rollouts",
+                                    "2",       "--dp-replicate-size",          "2"};
+  auto plain = run("sleep_plain", 4, flags);
+  auto f = flags;
+  f.push_back("--sleep-after-first");
+  auto slept = run("sleep_slept", 4, f);
+  auto a = read_dumps(plain, 4), b = read_dumps(slept, 4);
+  for (const auto& [name, t] : a[0]) EXPECT_TRUE(at::equal(t, b[0][name])) << name;
+
+  // Micro-batches of 1 with activation checkpointing vs one micro-batch of 8: same step.
+  std::vector<std::string> single = {"--model", (dir_ / "model_bf16").string()};
+  auto whole = run("mbs_whole", 0, single);
+  auto s = single;
+  s.insert(s.end(), {"--micro-batch-size", "1", "--gradient-checkpointing"});
+  expect_close(run("mbs_one", 0, s), 1, whole, "micro-batch 1 + checkpointing");
+}
+
+}  // namespace
+}  // namespace furlong::train

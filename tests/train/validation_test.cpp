@@ -1,0 +1,136 @@
+// Every validation rule of `furlong train` has a test that checks its message says what is
+// wrong and what to do; plus the launch paths (torchrun --no-python) work end to end.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "core/files.h"
+#include "train/batching.h"
+#include "train/options.h"
+#include "train_test_util.h"
+
+namespace furlong::train {
+namespace {
+
+namespace fs = std::filesystem;
+using furlong::testing::error_of;
+
+TrainOptions valid() {
+  TrainOptions o;
+  o.model.hf_checkpoint = "m";
+  o.batch.loss_type = "sft_loss";
+  return o;
+}
+
+void expect_rejected(const TrainOptions& o, int world, const std::vector<std::string>& parts) {
+  auto msg = error_of([&] { validate_options(o, world); });
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
+}
+
+TEST(TrainValidation, EachRuleExplainsWhatIsWrongAndWhatToDo) {
+  EXPECT_NO_THROW(validate_options(valid(), 4));
+  auto o = valid();
+  o.parallel.dp_replicate_size = 3;
+  expect_rejected(
+      o, 4, {"--dp-replicate-size 3 does not divide the world size 4", "choose a divisor of 4"});
+  o = valid();
+  o.parallel.dp_replicate_size = 0;
+  expect_rejected(o, 4, {"--dp-replicate-size must be at least 1"});
+  o = valid();
+  o.parallel.context_parallel_size = 2;
+  expect_rejected(o, 4,
+                  {"Context parallelism is not supported for the FSDP backend",
+                   "--context-parallel-size 2", "Use --context-parallel-size 1"});
+  o = valid();
+  o.parallel.train_backend = "megatron";
+  expect_rejected(o, 4, {"--train-backend megatron", "fsdp"});
+  o = valid();
+  o.optimizer.optimizer = "sgd";
+  expect_rejected(o, 4, {"Unsupported optimizer: sgd. Supported options: 'adam'"});
+  o = valid();
+  o.batch.use_dynamic_batch_size = true;
+  expect_rejected(o, 4, {"--use-dynamic-batch-size requires --max-tokens-per-gpu"});
+  o = valid();
+  o.checkpoint.save_interval = 5;
+  expect_rejected(o, 4, {"--save-interval requires --save"});
+  o = valid();
+  o.batch.global_batch_size = 6;
+  expect_rejected(
+      o, 4, {"--global-batch-size 6 must be a positive multiple of the data-parallel size 4"});
+  o = valid();
+  o.precision.compute_dtype = "int8";
+  expect_rejected(o, 4, {"--compute-dtype: unknown dtype 'int8'"});
+  o = valid();
+  o.precision.fp16 = true;
+  o.precision.compute_dtype = "float32";
+  expect_rejected(o, 4, {"--fp16 and --compute-dtype float32"});
+  o = valid();
+  o.batch.loss_type = "value_loss";
+  expect_rejected(o, 4, {"--loss-type value_loss is not supported"});
+}
+
+TEST(TrainValidation, DynamicBatchingBalancesTokensAndAgreesAcrossRanks) {
+  // First-fit bins of capacity 10 for lengths {6, 6, 3, 3, 2}: 3 bins.
+  EXPECT_EQ(first_fit_bins({6, 6, 3, 3, 2}, 10), 3);
+  auto groups = karmarkar_karp({6, 6, 3, 3, 2}, 3);
+  ASSERT_EQ(groups.size(), 3u);
+  std::vector<int64_t> sums;
+  size_t items = 0;
+  for (const auto& g : groups) {
+    int64_t s = 0;
+    for (size_t i : g) s += std::vector<int64_t>{6, 6, 3, 3, 2}[i];
+    sums.push_back(s);
+    items += g.size();
+  }
+  EXPECT_EQ(items, 5u);
+  // The best possible split of {6, 6, 3, 3, 2} into 3 groups has sums {6, 6, 8}: spread 2.
+  EXPECT_LE(
+      *std::max_element(sums.begin(), sums.end()) - *std::min_element(sums.begin(), sums.end()), 2);
+  // The micro-batch count is the maximum over ranks (here: a callback that says 4).
+  auto plan = plan_batches({5, 5, 5, 5}, 8, 2,
+                           {.global_batch_size = 8, .dynamic = true, .max_tokens_per_gpu = 100},
+                           [](int64_t) { return int64_t{4}; });
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].size(), 4u);
+  // Leftover samples beyond whole global batches are dropped, the same on every rank.
+  auto leftover = plan_batches({1, 1, 1}, 7, 2, {.global_batch_size = 4, .micro_batch_size = 1},
+                               [](int64_t v) { return v; });
+  EXPECT_EQ(leftover.size(), 1u);
+}
+
+TEST(TrainCli, RejectsBadConfigurationBeforeBuildingAnything) {
+  auto dir = furlong::testing::scratch_dir();
+  testing::write_model(dir / "m", testing::tiny_config(false), at::kFloat, 1);
+  testing::write_sft_data(dir / "d.jsonl", 8, 61, 1);
+  auto bin = furlong::testing::shell_quote(furlong::testing::furlong_binary().string());
+  auto base = bin + " train --loss-type sft --hf-checkpoint " +
+              furlong::testing::shell_quote((dir / "m").string()) + " --prompt-data " +
+              furlong::testing::shell_quote((dir / "d.jsonl").string()) + " --global-batch-size 8";
+  auto r = furlong::testing::run_command(base + " --context-parallel-size 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("Context parallelism is not supported for the FSDP backend"),
+            std::string::npos)
+      << r.output;
+  r = furlong::testing::run_command(base + " --lr-decay-style cosin");
+  EXPECT_NE(r.output.find("invalid choice 'cosin'"), std::string::npos) << r.output;
+  r = furlong::testing::run_command(base + " --loss-type policy_loss");
+  EXPECT_NE(r.output.find("--loss-type policy_loss"), std::string::npos) << r.output;
+}
+
+TEST(TrainCli, RunsUnderTorchrunNoPython) {
+  auto dir = furlong::testing::scratch_dir();
+  testing::write_model(dir / "m", testing::tiny_config(false), at::kFloat, 1);
+  testing::write_sft_data(dir / "d.jsonl", 16, 61, 1);
+  auto q = [](const fs::path& p) { return furlong::testing::shell_quote(p.string()); };
+  auto r = furlong::testing::run_command(
+      q(furlong::testing::python()) + " -m torch.distributed.run --no-python --nproc-per-node 2 " +
+      q(furlong::testing::furlong_binary()) + " train --loss-type sft --hf-checkpoint " +
+      q(dir / "m") + " --prompt-data " + q(dir / "d.jsonl") +
+      " --global-batch-size 8 --num-rollout 2 --metrics-file " + q(dir / "metrics.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir / "metrics.jsonl").find("train/loss") != std::string::npos, true);
+}
+
+}  // namespace
+}  // namespace furlong::train
