@@ -155,6 +155,8 @@ Work Group::all_reduce_sum_async(at::Tensor& tensor) {
   const Impl& g = *impl_;
   check_tensor(g, "all_reduce_sum", "the tensor", tensor);
   if (g.size == 1) return Work();
+  stats_.bytes_all_reduce += tensor.nbytes();
+  ++stats_.calls;
   auto [buffer, copy_back] = staged(tensor);
   return issue(g, "all_reduce_sum",
                [&] {
@@ -188,6 +190,8 @@ Work Group::all_gather_async(at::Tensor& out, const at::Tensor& in) {
     flat_out.copy_(flat_in);
     return Work();
   }
+  stats_.bytes_all_gather += flat_out.nbytes();
+  ++stats_.calls;
   return issue(g, "all_gather", [&] { return g.backend->_allgather_base(flat_out, flat_in); },
                nullptr, {flat_out, flat_in});
 }
@@ -197,6 +201,15 @@ void Group::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
 }
 
 Work Group::reduce_scatter_sum_async(at::Tensor& out, const at::Tensor& in) {
+  return reduce_scatter_sum_impl(out, in, /*may_overwrite_input=*/false);
+}
+
+void Group::reduce_scatter_sum_overwriting_input(at::Tensor& out, at::Tensor& in) {
+  reduce_scatter_sum_impl(out, in, /*may_overwrite_input=*/true).wait();
+}
+
+Work Group::reduce_scatter_sum_impl(at::Tensor& out, const at::Tensor& in,
+                                    bool may_overwrite_input) {
   const Impl& g = *impl_;
   check_tensor(g, "reduce_scatter_sum", "the input", in);
   check_tensor(g, "reduce_scatter_sum", "the output", out);
@@ -213,6 +226,8 @@ Work Group::reduce_scatter_sum_async(at::Tensor& out, const at::Tensor& in) {
     flat_out.copy_(in.reshape({-1}));
     return Work();
   }
+  stats_.bytes_reduce_scatter += in.nbytes();
+  ++stats_.calls;
   if (g.kind == Backend::kNccl || kGlooNativeReduceScatter) {
     at::Tensor flat_in = in.contiguous().view({-1});
     return issue(g, "reduce_scatter_sum",
@@ -223,9 +238,10 @@ Work Group::reduce_scatter_sum_async(at::Tensor& out, const at::Tensor& in) {
                  },
                  nullptr, {flat_out, flat_in});
   }
-  // All-reduce a private copy of the whole input, then keep this rank's chunk.
+  // All-reduce the whole input (a private copy unless the caller gave it as scratch), then keep
+  // this rank's chunk.
   at::Tensor buffer = in.contiguous();
-  if (buffer.is_same(in)) buffer = in.clone();
+  if (buffer.is_same(in) && !may_overwrite_input) buffer = in.clone();
   buffer = buffer.view({-1});
   const int64_t n = out.numel();
   const int64_t offset = n * g.rank;
@@ -248,6 +264,8 @@ void Group::broadcast(at::Tensor& tensor, int root) {
   FURLONG_CHECK(root >= 0 && root < g.size, "dist: broadcast on group '", g.name, "': root ", root,
                 " is not a rank of this group (size ", g.size, ")");
   if (g.size == 1) return;
+  stats_.bytes_broadcast += tensor.nbytes();
+  ++stats_.calls;
   auto [buffer, copy_back] = staged(tensor);
   issue(g, "broadcast",
         [&] {
@@ -263,6 +281,7 @@ void Group::broadcast(at::Tensor& tensor, int root) {
 void Group::barrier() {
   const Impl& g = *impl_;
   if (g.size == 1) return;
+  ++stats_.calls;
   issue(g, "barrier",
         [&] {
           c10d::BarrierOptions opts;

@@ -72,6 +72,28 @@ class Work {
   std::unique_ptr<Impl> impl_;
 };
 
+// Payload bytes handed to one group's collectives (benchmarks and diagnostics). Each call counts
+// its logical payload, not what crosses the wire: all_gather its output (size() x input bytes),
+// reduce_scatter_sum its input (size() x output bytes), all_reduce_sum and broadcast their
+// tensor. So one all-gather of a parameter counts the full parameter's bytes in the gathered
+// dtype. Per rank, a ring algorithm sends (size()-1)/size() of a gather's or reduce-scatter's
+// payload and 2(size()-1)/size() of an all-reduce's; on Gloo reduce_scatter_sum is an all-reduce
+// of the whole input, so its wire traffic is about twice a native reduce-scatter's. Calls on
+// single-rank groups (identities, nothing is sent) are not counted. Counted when a call is
+// issued, in the calling thread, without synchronization: collectives on one group are issued
+// from one thread at a time (they must be, for every member to see the same order).
+struct CommStats {
+  uint64_t bytes_all_gather = 0;
+  uint64_t bytes_reduce_scatter = 0;
+  uint64_t bytes_all_reduce = 0;
+  uint64_t bytes_broadcast = 0;
+  uint64_t calls = 0;  // collectives issued on a multi-rank group (barriers included)
+
+  uint64_t total_bytes() const {
+    return bytes_all_gather + bytes_reduce_scatter + bytes_all_reduce + bytes_broadcast;
+  }
+};
+
 // A group of ranks with one c10d backend. Size-1 groups are real groups on which every
 // collective is an identity (never a reduction over other ranks).
 class Group {
@@ -95,17 +117,27 @@ class Group {
   // (Always SUM; callers divide. Gloo's emulated reduce-scatter has mishandled AVG.)
   void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in);
   Work reduce_scatter_sum_async(at::Tensor& out, const at::Tensor& in);
+  // The same with `in` as scratch the call may overwrite: where reduce-scatter is emulated by an
+  // in-place all-reduce of the whole input (Gloo), no private copy of the input is made.
+  void reduce_scatter_sum_overwriting_input(at::Tensor& out, at::Tensor& in);
   void broadcast(at::Tensor& tensor, int root);  // root is a group rank
   void barrier();
   // Every member's string, by group rank (metrics, checkpoint metadata).
   std::vector<std::string> all_gather_strings(const std::string& value);
+
+  // What this rank has issued on this group since it was created or last reset (see CommStats).
+  const CommStats& comm_stats() const { return stats_; }
+  void reset_comm_stats() { stats_ = CommStats{}; }
 
   // Implementation detail of src/dist (opaque elsewhere).
   struct Impl;
   explicit Group(std::unique_ptr<Impl> impl);
 
  private:
+  Work reduce_scatter_sum_impl(at::Tensor& out, const at::Tensor& in, bool may_overwrite_input);
+
   std::unique_ptr<Impl> impl_;
+  CommStats stats_;
 };
 
 // The world group plus factory for subgroups; owns the store.

@@ -203,7 +203,8 @@ std::vector<at::Tensor> FsdpUnit::reduce_gradients(const std::vector<at::Tensor>
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const auto& l = layouts_[i];
     if (!full_grads[i].defined()) continue;
-    auto rows = full_grads[i].reshape({l.rows(), l.row_numel}).to(config_.reduce_dtype);
+    // copy_ below casts to the reduce dtype on the way (no full-size converted temporary).
+    auto rows = full_grads[i].reshape({l.rows(), l.row_numel});
     auto dst = send.narrow(1, l.flat_offset, l.padded_shard_numel())
                    .view({S, l.rows_per_rank, l.row_numel});
     int64_t full_chunks = l.rows() / l.rows_per_rank, tail = l.rows() % l.rows_per_rank;
@@ -219,7 +220,9 @@ std::vector<at::Tensor> FsdpUnit::reduce_gradients(const std::vector<at::Tensor>
     }
   }
   auto reduced = at::empty({flat_numel_}, opts);
-  mesh_->dp_shard().reduce_scatter_sum(reduced, send.view({S * flat_numel_}));
+  auto send_flat = send.view({S * flat_numel_});
+  // `send` is this call's own buffer: Gloo's emulation may all-reduce it in place.
+  mesh_->dp_shard().reduce_scatter_sum_overwriting_input(reduced, send_flat);
   if (mesh_->replicate_size() > 1) mesh_->dp_replicate().all_reduce_sum(reduced);
   if (config_.grad_divide_factor != 1.0) reduced.div_(config_.grad_divide_factor);
   std::vector<at::Tensor> grads;
