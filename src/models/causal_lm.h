@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,6 +60,13 @@ struct ForwardContext {
   at::Tensor sin_TH;
   AttnImpl attn = AttnImpl::kSdpa;
   bool fused_kernels = true;
+  // Optional replacement for attention() (e.g. the rollout engine's paged KV cache): blocks
+  // call it with their layer index and the post-RoPE q [T, N, H], k/v [T, K, H] and the
+  // softmax scale, and use the [T, N, H] it returns. Unset: attention() over `batch`.
+  using AttentionFn =
+      std::function<at::Tensor(int64_t layer, const at::Tensor& q_TNH, const at::Tensor& k_TKH,
+                               const at::Tensor& v_TKH, double scale)>;
+  AttentionFn attention_override;
 };
 
 class CausalLM {

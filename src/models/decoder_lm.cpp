@@ -61,7 +61,8 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   q_TNH = apply_rope(q_TNH, ctx.cos_TH, ctx.sin_TH, fused);
   k_TKH = apply_rope(k_TKH, ctx.cos_TH, ctx.sin_TH, fused);
   double scale = 1.0 / std::sqrt(static_cast<double>(H));
-  auto o_TNH = attention(q_TNH, k_TKH, v_TKH, ctx.batch, ctx.attn, scale);
+  auto o_TNH = ctx.attention_override ? ctx.attention_override(layer, q_TNH, k_TKH, v_TKH, scale)
+                                      : attention(q_TNH, k_TKH, v_TKH, ctx.batch, ctx.attn, scale);
   auto attn_TD = at::linear(o_TNH.reshape({T, N * H}), p[slots_.o], opt(slots_.o_bias));
   auto x1_TD = x_TD + attn_TD;
 

@@ -161,4 +161,17 @@ TokenLogProbs token_logprobs(const at::Tensor& hidden_TD, const at::Tensor& head
   return result;
 }
 
+at::Tensor logprobs_from_logits(const at::Tensor& logits_RV, const at::Tensor& targets_R,
+                                double temperature) {
+  FURLONG_CHECK(
+      logits_RV.dim() == 2 && targets_R.dim() == 1 && logits_RV.size(0) == targets_R.size(0),
+      "logprobs_from_logits: shapes do not agree: logits ", logits_RV.sizes(), ", targets ",
+      targets_R.sizes());
+  FURLONG_CHECK(temperature > 0, "logprobs_from_logits: temperature must be positive, got ",
+                temperature);
+  return chunk_stats(logits_RV.contiguous(), targets_R.to(at::kLong), temperature,
+                     /*with_entropy=*/false)
+      .logprob_R;
+}
+
 }  // namespace furlong::models

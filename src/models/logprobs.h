@@ -32,4 +32,10 @@ struct TokenLogProbs {
 TokenLogProbs token_logprobs(const at::Tensor& hidden_TD, const at::Tensor& head_VD,
                              const at::Tensor& targets_T, const LogProbOptions& options = {});
 
+// The same per-row log-probabilities from logits already computed (rows [R, V] in the model's
+// dtype, as at::linear(hidden, head) gives them): fp32 [R], bit-identical to what
+// token_logprobs computes for the same logits. No autograd.
+at::Tensor logprobs_from_logits(const at::Tensor& logits_RV, const at::Tensor& targets_R,
+                                double temperature);
+
 }  // namespace furlong::models

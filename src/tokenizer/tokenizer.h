@@ -37,8 +37,9 @@ class Tokenizer {
   // (else furlong::Error naming the offset of the first bad byte).
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = false) const;
   // Concatenated bytes of the tokens; invalid UTF-8 (a character split across a boundary that
-  // is not completed) is replaced by U+FFFD exactly as HF decode does. An id outside the
-  // vocabulary is a furlong::Error.
+  // is not completed) is replaced by U+FFFD exactly as HF decode does. Ids that name no token
+  // (e.g. past the vocabulary: a model's padded embedding rows) decode to nothing, as in HF; a
+  // negative id is a furlong::Error.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
 
   // Number of ids (max id + 1 over the vocab and added tokens).

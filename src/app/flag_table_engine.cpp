@@ -1,0 +1,62 @@
+// Flags of the rollout engine (shared by generate, serve and train) and of `furlong generate`
+// (part of the flag table, see flag_table.cpp).
+#include "app/commands.h"
+
+namespace furlong::app {
+
+void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
+  f.set_group("Engine");
+  f.add("dtype", &e.dtype, "compute dtype: float32 or bfloat16 (default: the checkpoint's)");
+  f.add("device", &e.device, "cpu or cuda[:i] (default: cuda if available, else cpu)");
+  f.add("attn-implementation", &e.attn_implementation,
+        "attention path: sdpa (fused kernel) or eager (plain math reference)")
+      .choices = {"sdpa", "eager"};
+  f.add("fused-kernels", &e.fused_kernels,
+        "one-pass CPU kernels for RMSNorm/RoPE/SwiGLU (off: ATen ops mirroring transformers)");
+  f.add("kv-block-size", &e.kv_block_size, "tokens per KV-cache block");
+  f.add("max-total-tokens", &e.max_total_tokens,
+        "KV-cache capacity in tokens over all running requests (each request reserves "
+        "prompt + max-new-tokens when admitted)");
+  f.add("max-running-requests", &e.max_running_requests, "requests decoded together at most");
+  f.add("max-prefill-tokens", &e.max_prefill_tokens, "prompt tokens prefilled per step");
+  f.add("context-length", &e.context_length,
+        "max prompt + generated tokens (0 = the model's max_position_embeddings)");
+  f.add("num-threads", &e.num_threads, "CPU threads for tensor math (0 = libtorch default)");
+  f.add("exact-logprobs", &e.exact_logprobs,
+        "report log-probs bit-identical to the trainer's recomputation (one extra prefill of "
+        "prompt + output per finished request)");
+}
+
+void register_flags(config::FlagSet& f, GenerateOptions& o) {
+  f.set_group("Model");
+  f.add("hf-checkpoint", &o.hf_checkpoint,
+        "HF model directory (config.json, safetensors, tokenizer files)")
+      .required = true;
+  f.set_group("Data");
+  f.add("input", &o.input,
+        "JSONL prompts: {\"input_ids\": [...]}, {\"text\": ...} or {\"messages\": [...]} (chat "
+        "template with the generation prompt); input_ids win, then messages, then text")
+      .required = true;
+  f.add("output", &o.output,
+        "JSONL rows {\"index\", \"sample_index\", \"output_ids\", \"text\", \"logprobs\", "
+        "\"finish_reason\", \"prompt_tokens\"}: n-samples rows per prompt, in input order")
+      .required = true;
+  f.add("add-special-tokens", &o.add_special_tokens,
+        "for text rows: apply the tokenizer's post-processor (e.g. a BOS token)");
+  f.set_group("Sampling");
+  f.add("temperature", &o.temperature, "sampling temperature (0 = greedy)");
+  f.add("top-p", &o.top_p, "nucleus sampling mass in (0, 1]");
+  f.add("top-k", &o.top_k, "sample among the k most likely tokens (<= 0: off)");
+  f.add("min-p", &o.min_p, "drop tokens below min-p times the top probability, in [0, 1)");
+  f.add("max-new-tokens", &o.max_new_tokens, "tokens generated per sample at most");
+  f.add("seed", &o.seed,
+        "base seed: sample j of prompt i uses its own stream derived from (seed, i, j), so "
+        "results do not depend on batching");
+  f.add("ignore-eos", &o.ignore_eos, "keep generating past the eos token");
+  f.add("n-samples", &o.n_samples, "samples per prompt");
+  f.add("stop-token-ids", &o.stop_token_ids, "extra token ids that end a sample");
+  f.add("stop", &o.stop, "strings that end a sample (trimmed from the text)");
+  add_engine_flags(f, o.engine);
+}
+
+}  // namespace furlong::app

@@ -1,0 +1,23 @@
+// Flags of `furlong serve` (part of the flag table, see flag_table.cpp).
+#include "app/commands.h"
+
+namespace furlong::app {
+
+void register_flags(config::FlagSet& f, ServeOptions& o) {
+  f.set_group("Model");
+  f.add("hf-checkpoint", &o.hf_checkpoint,
+        "HF model directory (config.json, safetensors, tokenizer files)")
+      .required = true;
+  f.add("served-model-name", &o.served_model_name,
+        "the model name OpenAI endpoints report (default: the checkpoint path)");
+  add_engine_flags(f, o.engine);
+  f.set_group("Server");
+  f.add("host", &o.host, "address to listen on (loopback by default; others need care)");
+  f.add("port", &o.port, "TCP port (0 = any free port; the chosen one is printed)");
+  f.add("api-key", &o.api_key,
+        "require 'Authorization: Bearer <key>' on every endpoint except /health*");
+  f.add("max-concurrent-requests", &o.max_concurrent_requests,
+        "HTTP handler threads: connections served at once (a generation holds one until done)");
+}
+
+}  // namespace furlong::app

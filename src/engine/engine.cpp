@@ -1,0 +1,538 @@
+// Engine: loading, request intake, the scheduler thread, and the control operations (pause,
+// weight updates, memory release). Model work happens only on the scheduler thread, inside
+// one step at a time; control operations wait for the step in progress to end.
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/digest.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/process_group.h"
+#include "engine/kv_cache.h"
+#include "engine/paged_forward.h"
+#include "engine/sampler.h"
+#include "engine/weight_sync.h"
+#include "models/hf_model.h"
+#include "models/logprobs.h"
+#include "tokenizer/tokenizer.h"
+
+namespace furlong::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// eos ids: the tokenizer's eos token plus generation_config.json's eos_token_id (int or list).
+std::vector<int64_t> eos_token_ids(const fs::path& dir, const tokenizer::Tokenizer& tok) {
+  std::vector<int64_t> ids;
+  if (auto eos = tok.eos_token_id()) ids.push_back(*eos);
+  auto path = dir / "generation_config.json";
+  if (fs::exists(path)) {
+    Json gen = read_json_file(path);
+    if (gen.is_object() && gen.contains("eos_token_id")) {
+      const Json& e = gen["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
+      if (e.is_array()) {
+        for (const auto& id : json_as<std::vector<int64_t>>(e, "eos_token_id", path.string())) {
+          ids.push_back(id);
+        }
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+c10::Device choose_device(const std::string& name) {
+  if (name.empty()) return at::hasCUDA() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  try {
+    return c10::Device(name);
+  } catch (const std::exception&) {
+    FURLONG_FAIL("engine device: '", name, "' is not a device name (cpu, cuda, cuda:0, ...)");
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Loading and accessors
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->model_path = hf_dir;
+  FURLONG_CHECK(options.kv_block_size > 0, "engine: kv_block_size must be positive, got ",
+                options.kv_block_size);
+  FURLONG_CHECK(options.max_total_tokens >= options.kv_block_size,
+                "engine: max_total_tokens must hold at least one KV block (", options.kv_block_size,
+                " tokens), got ", options.max_total_tokens);
+  FURLONG_CHECK(options.max_running_requests > 0,
+                "engine: max_running_requests must be positive, got ",
+                options.max_running_requests);
+  FURLONG_CHECK(options.max_prefill_tokens > 0, "engine: max_prefill_tokens must be positive");
+  if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
+  impl->device = choose_device(options.device);
+  models::LoadOptions load;
+  if (!options.dtype.empty()) load.dtype = parse_dtype(options.dtype, "engine dtype");
+  load.device = impl->device;
+  {
+    c10::InferenceMode guard;
+    impl->model = models::load_hf_model(hf_dir, load);
+  }
+  impl->model->set_requires_grad(false);
+  impl->dtype = impl->model->weights()[0][0].scalar_type();
+  impl->tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(hf_dir));
+  impl->eos_ids = eos_token_ids(hf_dir, *impl->tok);
+  impl->forward.attn = models::parse_attn_impl(options.attn_implementation, "engine attention");
+  impl->forward.fused_kernels = options.fused_kernels;
+  const auto& cfg = impl->model->config();
+  impl->context_length =
+      options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
+  int64_t blocks = (options.max_total_tokens + options.kv_block_size - 1) / options.kv_block_size;
+  impl->cache = std::make_unique<KvCache>(
+      cfg.num_hidden_layers, blocks, options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
+      at::TensorOptions().dtype(impl->dtype).device(impl->device));
+  Impl* raw = impl.get();
+  impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
+  LOG_INFO("engine: loaded ", cfg.architecture, " from ", hf_dir, " (", dtype_name(impl->dtype),
+           ", ", impl->device.str(), ", KV cache ", blocks, " blocks of ", options.kv_block_size,
+           " tokens)");
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::~Engine() {
+  if (!impl_) return;
+  abort_all();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->scheduler.joinable()) impl_->scheduler.join();
+}
+
+const models::CausalLM& Engine::model() const {
+  return *impl_->model;
+}
+const tokenizer::Tokenizer& Engine::tokenizer() const {
+  return *impl_->tok;
+}
+const EngineOptions& Engine::options() const {
+  return impl_->options;
+}
+int64_t Engine::context_length() const {
+  return impl_->context_length;
+}
+
+Json Engine::model_info() const {
+  const auto& cfg = impl_->model->config();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return Json{{"model_path", impl_->model_path},
+              {"architecture", cfg.architecture},
+              {"dtype", dtype_name(impl_->dtype)},
+              {"device", impl_->device.str()},
+              {"weight_version", impl_->weight_version},
+              {"context_length", impl_->context_length},
+              {"vocab_size", cfg.vocab_size},
+              {"num_hidden_layers", cfg.num_hidden_layers},
+              {"eos_token_ids", impl_->eos_ids},
+              {"kv_block_size", impl_->options.kv_block_size},
+              {"max_total_tokens", impl_->cache->num_blocks() * impl_->cache->block_size()},
+              {"max_running_requests", impl_->options.max_running_requests}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+void Engine::Impl::validate(const GenerateRequest& r) const {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    FURLONG_CHECK(!memory_released,
+                  "generate: the engine's memory is released; call resume_memory first");
+    check_weights_present();
+  }
+  FURLONG_CHECK(!r.input_ids.empty(), "generate: the prompt (input_ids) is empty");
+  const int64_t vocab = model->config().vocab_size;
+  for (size_t i = 0; i < r.input_ids.size(); ++i) {
+    FURLONG_CHECK(r.input_ids[i] >= 0 && r.input_ids[i] < vocab, "generate: input_ids[", i,
+                  "] = ", r.input_ids[i], " is outside the vocabulary [0, ", vocab, ")");
+  }
+  const auto& p = r.sampling;
+  FURLONG_CHECK(p.temperature >= 0, "generate: temperature must be >= 0, got ", p.temperature);
+  FURLONG_CHECK(p.top_p > 0 && p.top_p <= 1, "generate: top_p must be in (0, 1], got ", p.top_p);
+  FURLONG_CHECK(p.min_p >= 0 && p.min_p < 1, "generate: min_p must be in [0, 1), got ", p.min_p);
+  FURLONG_CHECK(p.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
+                p.max_new_tokens);
+  const int64_t total = static_cast<int64_t>(r.input_ids.size()) + p.max_new_tokens;
+  FURLONG_CHECK(total <= context_length, "generate: prompt (", r.input_ids.size(),
+                " tokens) + max_new_tokens (", p.max_new_tokens, ") = ", total,
+                " exceeds the context length ", context_length);
+  const int64_t capacity = cache->num_blocks() * cache->block_size();
+  FURLONG_CHECK(cache->blocks_for(total) <= cache->num_blocks(),
+                "generate: prompt + "
+                "max_new_tokens = ",
+                total, " tokens exceeds the KV cache (", capacity,
+                " tokens; raise max_total_tokens)");
+}
+
+RequestId Engine::submit(GenerateRequest request, DoneCallback on_done, TokenCallback on_tokens) {
+  impl_->validate(request);
+  auto s = std::make_shared<Sequence>();
+  s->sampling = std::move(request.sampling);
+  s->on_done = std::move(on_done);
+  s->on_tokens = std::move(on_tokens);
+  s->tokens = std::move(request.input_ids);
+  s->prompt_len = static_cast<int64_t>(s->tokens.size());
+  s->out.prompt_tokens = s->prompt_len;
+  s->rng.seed(s->sampling.seed ? *s->sampling.seed : std::random_device{}());
+  for (const auto& stop : s->sampling.stop)
+    s->max_stop_len = std::max(s->max_stop_len, stop.size());
+  if (!s->sampling.stop.empty())
+    s->decoder = std::make_unique<tokenizer::StreamDecoder>(*impl_->tok);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s->id = impl_->next_id++;
+  impl_->live[s->id] = s;
+  impl_->waiting.push_back(s);
+  impl_->cv.notify_all();
+  return s->id;
+}
+
+bool Engine::abort(RequestId id) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->live.count(id) || impl_->abort_requested.count(id)) return false;
+  impl_->abort_requested.insert(id);
+  impl_->cv.notify_all();
+  return true;
+}
+
+void Engine::abort_all() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& [id, s] : impl_->live) impl_->abort_requested.insert(id);
+  impl_->cv.notify_all();
+}
+
+std::vector<GenerateOutput> Engine::generate(
+    std::vector<GenerateRequest> requests,
+    const std::function<void(int64_t done, int64_t total)>& progress) {
+  const int64_t total = static_cast<int64_t>(requests.size());
+  for (auto& r : requests) impl_->validate(r);
+  std::vector<GenerateOutput> outputs(requests.size());
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int64_t done = 0;
+  std::string error;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    submit(std::move(requests[i]), [&, i](RequestId id, GenerateOutput out) {
+      std::string why = impl_->error_of(id);
+      std::lock_guard<std::mutex> lock(done_mu);
+      if (!why.empty() && error.empty()) error = why;
+      outputs[i] = std::move(out);
+      ++done;
+      if (progress) progress(done, total);
+      done_cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return done == total; });
+  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);
+  return outputs;
+}
+
+void Engine::pause_generation() {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->paused = true;
+  impl_->idle_cv.wait(lock, [&] { return !impl_->in_step; });
+}
+
+void Engine::continue_generation() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->paused = false;
+  impl_->cv.notify_all();
+}
+
+void Engine::flush_cache() {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->idle_cv.wait(lock, [&] { return !impl_->in_step; });
+  FURLONG_CHECK(impl_->live.empty(), "flush_cache: ", impl_->live.size(),
+                " requests are queued or running; abort them or wait for them to finish");
+  // No prefix is cached beyond the requests that own it, so there is nothing else to drop.
+}
+
+int64_t Engine::num_running() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<int64_t>(impl_->live.size());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scheduler
+
+void Engine::Impl::scheduler_loop() {
+  c10::InferenceMode guard;
+  std::unique_lock<std::mutex> lock(mu);
+  while (true) {
+    cv.wait(lock, [&] { return stopping || !abort_requested.empty() || can_step(); });
+    auto finished = take_aborts();
+    bool run = can_step();
+    if (stopping && finished.empty() && !run) break;
+    if (run) in_step = true;
+    lock.unlock();
+    if (run) {
+      try {
+        auto done = step();
+        finished.insert(finished.end(), done.begin(), done.end());
+      } catch (const std::exception& e) {
+        LOG_ERROR("engine step failed: ", e.what(), "; aborting the running requests");
+        std::lock_guard<std::mutex> g(mu);
+        for (const auto& s : running) {
+          s->error = e.what();
+          abort_requested.insert(s->id);
+        }
+      }
+    }
+    for (const auto& s : finished) {
+      if (!s->error.empty()) {
+        std::lock_guard<std::mutex> g(mu);
+        step_errors[s->id] = s->error;
+      }
+      if (s->on_done) s->on_done(s->id, std::move(s->out));
+      if (!s->error.empty()) {
+        std::lock_guard<std::mutex> g(mu);
+        step_errors.erase(s->id);
+      }
+    }
+    lock.lock();
+    in_step = false;
+    idle_cv.notify_all();
+  }
+}
+
+std::vector<std::shared_ptr<Sequence>> Engine::Impl::take_aborts() {
+  std::vector<std::shared_ptr<Sequence>> finished;
+  if (abort_requested.empty()) return finished;
+  auto aborted = [&](const std::shared_ptr<Sequence>& s) {
+    if (!abort_requested.count(s->id)) return false;
+    s->out.finish_reason = FinishReason::kAbort;
+    if (!s->blocks.empty()) cache->free(s->blocks);
+    s->blocks.clear();
+    live.erase(s->id);
+    finished.push_back(s);
+    return true;
+  };
+  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), aborted), waiting.end());
+  running.erase(std::remove_if(running.begin(), running.end(), aborted), running.end());
+  abort_requested.clear();
+  return finished;
+}
+
+// Moves waiting requests into running, first come first served, while the batch has room and
+// the cache can reserve each one's prompt + max_new_tokens slots (no preemption needed).
+// Called with mu held.
+void Engine::Impl::admit() {
+  while (!waiting.empty() && static_cast<int64_t>(running.size()) < options.max_running_requests) {
+    auto& s = waiting.front();
+    int64_t reserve = s->prompt_len + s->sampling.max_new_tokens;
+    auto blocks = cache->allocate(std::max<int64_t>(reserve, 1));
+    if (!blocks) break;
+    s->blocks = std::move(*blocks);
+    s->slots = cache->slots_for(s->blocks, std::max<int64_t>(reserve, 1));
+    running.push_back(std::move(s));
+    waiting.pop_front();
+  }
+}
+
+void Engine::Impl::check_weights_present() const {
+  FURLONG_CHECK(!weights_released,
+                "engine: weights were released (release_memory with weights) and not all "
+                "refilled by a weight update; cannot generate");
+}
+
+std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
+  check_weights_present();
+  std::vector<std::shared_ptr<Sequence>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    admit();
+    // Decodes always; prompts while the prefill budget lasts (at least one per step).
+    int64_t prefill_budget = options.max_prefill_tokens;
+    for (const auto& s : running) {
+      int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
+      if (s->num_cached == 0) {
+        if (n > prefill_budget && prefill_budget < options.max_prefill_tokens) continue;
+        prefill_budget -= n;
+      }
+      batch.push_back(s);
+    }
+  }
+  std::vector<std::shared_ptr<Sequence>> finished;
+  std::vector<StepSequence> steps;
+  std::vector<std::shared_ptr<Sequence>> to_run;
+  for (const auto& s : batch) {
+    if (s->sampling.max_new_tokens == 0) {
+      finish(s, FinishReason::kLength);
+      finished.push_back(s);
+      continue;
+    }
+    int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
+    steps.push_back({s->tokens.data() + s->num_cached, n, s->num_cached, s->slots});
+    to_run.push_back(s);
+  }
+  if (!steps.empty()) {
+    auto hidden_BD = paged_forward(*model, *cache, steps, forward);
+    auto logits_BV = lm_head_logits(*model, hidden_BD);
+    auto logits32_BV = logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
+    std::vector<int64_t> chosen(to_run.size());
+    for (size_t i = 0; i < to_run.size(); ++i) {
+      auto& s = *to_run[i];
+      s.num_cached = static_cast<int64_t>(s.tokens.size());
+      chosen[i] = sample_token(logits32_BV[static_cast<int64_t>(i)], s.sampling, s.rng);
+    }
+    // Log-probs: the trainer's arithmetic on the same logits, one call per temperature.
+    std::vector<float> logprobs(to_run.size());
+    std::vector<bool> done_row(to_run.size(), false);
+    for (size_t i = 0; i < to_run.size(); ++i) {
+      if (done_row[i]) continue;
+      double t = to_run[i]->sampling.temperature;
+      std::vector<int64_t> rows;
+      for (size_t j = i; j < to_run.size(); ++j) {
+        if (!done_row[j] && to_run[j]->sampling.temperature == t) {
+          rows.push_back(static_cast<int64_t>(j));
+          done_row[j] = true;
+        }
+      }
+      auto idx = at::tensor(rows, at::kLong).to(logits_BV.device());
+      std::vector<int64_t> targets;
+      for (auto r : rows) targets.push_back(chosen[r]);
+      auto lp = models::logprobs_from_logits(logits_BV.index_select(0, idx),
+                                             at::tensor(targets, at::kLong).to(logits_BV.device()),
+                                             t == 0.0 ? 1.0 : t)
+                    .to(at::kCPU);
+      for (size_t k = 0; k < rows.size(); ++k) logprobs[rows[k]] = lp[k].item<float>();
+    }
+    for (size_t i = 0; i < to_run.size(); ++i) append_token(*to_run[i], chosen[i], logprobs[i]);
+  }
+  std::vector<std::shared_ptr<Sequence>> completed;
+  for (const auto& s : to_run) {
+    if (s->num_cached < 0) completed.push_back(s);  // marked finished by append_token
+  }
+  if (options.exact_logprobs && !completed.empty()) recompute_logprobs(completed);
+  finished.insert(finished.end(), completed.begin(), completed.end());
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& s : finished) {
+    if (!s->blocks.empty()) cache->free(s->blocks);
+    s->blocks.clear();
+    live.erase(s->id);
+    abort_requested.erase(s->id);
+  }
+  running.erase(
+      std::remove_if(running.begin(), running.end(),
+                     [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
+      running.end());
+  return finished;
+}
+
+// The trainer's computation over the finished sequences, packed as documents: forward_hidden,
+// then token_logprobs of each output token with the request's temperature.
+void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs) {
+  std::vector<double> temperatures;
+  for (const auto& s : seqs) {
+    double t = s->sampling.temperature == 0.0 ? 1.0 : s->sampling.temperature;
+    if (std::find(temperatures.begin(), temperatures.end(), t) == temperatures.end()) {
+      temperatures.push_back(t);
+    }
+  }
+  const auto& w = model->weights();
+  const auto& head = model->head_weight(w[models::CausalLM::kEmbedUnit], w[model->final_unit()]);
+  for (double t : temperatures) {
+    std::vector<Sequence*> group;
+    std::vector<std::vector<int64_t>> docs;
+    std::vector<int64_t> rows, targets;
+    int64_t offset = 0;
+    for (const auto& s : seqs) {
+      double st = s->sampling.temperature == 0.0 ? 1.0 : s->sampling.temperature;
+      if (st != t) continue;
+      group.push_back(s.get());
+      for (int64_t i = s->prompt_len; i < static_cast<int64_t>(s->tokens.size()); ++i) {
+        rows.push_back(offset + i - 1);
+        targets.push_back(s->tokens[i]);
+      }
+      offset += static_cast<int64_t>(s->tokens.size());
+      docs.push_back(s->tokens);
+    }
+    auto batch = models::PackedBatch::from_documents(docs).to(device);
+    auto hidden_TD = model->forward_hidden(batch, forward);
+    models::LogProbOptions lo;
+    lo.temperature = t;
+    lo.with_entropy = false;
+    auto lp =
+        models::token_logprobs(hidden_TD.index_select(0, at::tensor(rows, at::kLong).to(device)),
+                               head, at::tensor(targets, at::kLong).to(device), lo)
+            .logprobs_T.to(at::kCPU)
+            .contiguous();
+    const float* values = lp.data_ptr<float>();
+    for (auto* s : group) {
+      std::copy(values, values + s->out.output_logprobs.size(), s->out.output_logprobs.begin());
+      values += s->out.output_logprobs.size();
+    }
+  }
+}
+
+void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
+  s.tokens.push_back(token);
+  s.out.output_ids.push_back(token);
+  s.out.output_logprobs.push_back(logprob);
+  s.out.weight_version = weight_version;
+  if (s.on_tokens) s.on_tokens(s.id, {token}, {logprob});
+  const auto& p = s.sampling;
+  std::optional<FinishReason> reason;
+  if ((!p.ignore_eos && std::binary_search(eos_ids.begin(), eos_ids.end(), token)) ||
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+          p.stop_token_ids.end()) {
+    s.out.matched_stop_token = token;
+    reason = FinishReason::kStop;
+  }
+  if (!reason && s.decoder) {
+    size_t before = s.text.size();
+    s.text += s.decoder->push(token);
+    size_t from = before >= s.max_stop_len ? before - s.max_stop_len + 1 : 0;
+    for (const auto& stop : p.stop) {
+      if (s.text.find(stop, from) != std::string::npos) {
+        s.out.matched_stop_string = stop;
+        reason = FinishReason::kStop;
+        break;
+      }
+    }
+  }
+  const int64_t generated = static_cast<int64_t>(s.out.output_ids.size());
+  if (!reason &&
+      (generated >= p.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= context_length)) {
+    reason = FinishReason::kLength;
+  }
+  if (reason) {
+    s.out.finish_reason = *reason;
+    s.num_cached = -1;  // finished: step() releases it
+  }
+}
+
+void Engine::Impl::finish(const std::shared_ptr<Sequence>& s, FinishReason reason) {
+  s->out.finish_reason = reason;
+  s->out.weight_version = weight_version;
+}
+
+}  // namespace furlong::engine

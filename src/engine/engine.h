@@ -1,0 +1,186 @@
+// The rollout engine: batched generation over the same model code the trainer runs, with a
+// paged KV cache, continuous batching, sampling with per-token log-probs, in-place weight
+// updates (from tensors in process, or broadcast over a process group) and memory release.
+//
+// Threading: an Engine owns one scheduler thread that runs all model work. Every public method
+// is thread-safe; submit() may be called from many threads (the HTTP server's handlers) and
+// the scheduler batches whatever is waiting. Results come back through callbacks that run on
+// the scheduler thread (keep them short) or through the blocking generate().
+//
+// Log-probs: output_logprobs[i] = log softmax(logits / T)[output_ids[i]] in fp32, where T is
+// the request's temperature (T = 0, greedy, uses T = 1). Top-k / top-p / min-p filtering
+// changes which token is drawn, never the reported log-prob. This is the quantity the trainer
+// recomputes with --rollout-temperature T (miles' convention).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json_util.h"
+
+namespace furlong::tokenizer {
+class Tokenizer;
+}
+namespace furlong::models {
+class CausalLM;
+}
+
+namespace furlong::engine {
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy
+  double top_p = 1.0;        // (0, 1]
+  int64_t top_k = -1;        // <= 0: off
+  double min_p = 0.0;        // [0, 1)
+  int64_t max_new_tokens = 128;
+  std::vector<int64_t> stop_token_ids;  // in addition to the tokenizer's eos ids
+  std::vector<std::string> stop;        // stop strings (matched on the decoded text)
+  bool ignore_eos = false;
+  std::optional<uint64_t> seed;  // same seed + same prompt => same output, whatever the batch
+  // Text-output options (SGLang's): they change the decoded text, never the ids.
+  bool skip_special_tokens = true;  // drop special tokens from decoded text
+  bool no_stop_trim = false;        // keep a matched stop string at the end of the text
+};
+
+// Strict parse of SGLang-style sampling_params JSON (temperature, top_p, top_k, min_p,
+// max_new_tokens, stop, stop_token_ids, ignore_eos, seed (alias sampling_seed),
+// skip_special_tokens, no_stop_trim). Unknown keys, wrong types and out-of-range values raise
+// furlong::Error naming `where` and the key.
+SamplingParams parse_sampling_params(const Json& json, const std::string& where);
+
+enum class FinishReason { kStop, kLength, kAbort };
+const char* finish_reason_name(FinishReason reason);  // "stop" | "length" | "abort"
+
+struct GenerateRequest {
+  std::vector<int64_t> input_ids;
+  SamplingParams sampling;
+};
+
+struct GenerateOutput {
+  std::vector<int64_t> output_ids;     // generated tokens (a matched stop token included)
+  std::vector<float> output_logprobs;  // one per output id (see above)
+  FinishReason finish_reason = FinishReason::kLength;
+  std::optional<int64_t> matched_stop_token;
+  std::string matched_stop_string;  // when a stop string ended generation
+  int64_t prompt_tokens = 0;
+  int64_t weight_version = 0;  // the weights every token was generated with
+};
+
+using RequestId = int64_t;
+
+struct EngineOptions {
+  std::string dtype;                         // "" = the checkpoint's torch_dtype
+  std::string device;                        // "" = cuda if available, else cpu
+  std::string attn_implementation = "sdpa";  // the trainer's --attn-implementation names
+  bool fused_kernels = true;
+  int64_t kv_block_size = 16;        // tokens per KV-cache block
+  int64_t max_total_tokens = 65536;  // KV-cache capacity in tokens (all running sequences)
+  int64_t max_running_requests = 256;
+  int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled per scheduler step
+  int64_t context_length = 0;         // 0 = the model's max_position_embeddings
+  int64_t num_threads = 0;            // 0 = libtorch's default
+  // Report log-probs bit-identical to the trainer's recomputation: when a request finishes, its
+  // prompt + output is run once more through the trainer's full-sequence forward
+  // (CausalLM::forward_hidden + token_logprobs) and those values replace the decode-time ones
+  // (tokens are still drawn from the decode-time logits; streamed TokenCallback values stay the
+  // decode-time ones). Costs one prefill of prompt + output per request (on CPU about as much
+  // again as decoding: the lm_head runs over every output token a second time). Aborted
+  // requests keep their decode-time log-probs. Off: decode-time values (fp32 within ~2e-6 of
+  // the trainer's, bf16 within ~0.02; see tests/engine/engine_generate_test.cpp).
+  bool exact_logprobs = false;
+};
+
+// One tensor of a weight update over a process group (what the trainer broadcasts, in order).
+struct WeightMeta {
+  std::string name;   // HF name
+  std::string dtype;  // "bfloat16" | "float16" | "float32"
+  std::vector<int64_t> shape;
+};
+
+struct WeightGroupSpec {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int rank_offset = 1;  // this engine's rank in the group (the trainer source is rank 0)
+  int world_size = 2;
+  std::string group_name = "weight_sync";
+  std::string backend = "auto";  // gloo | nccl | auto
+  // How long to wait for every member to join, and for each broadcast to complete.
+  double timeout_seconds = 600.0;
+};
+
+class Engine {
+ public:
+  // Loads a HF model directory (config.json, safetensors, tokenizer files).
+  static std::unique_ptr<Engine> load(const std::string& hf_dir, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const models::CausalLM& model() const;
+  const tokenizer::Tokenizer& tokenizer() const;
+  const EngineOptions& options() const;
+  int64_t context_length() const;
+  Json model_info() const;  // model_path, architecture, dtype, weight_version, context_length...
+
+  // ---- generation ----
+  using DoneCallback = std::function<void(RequestId, GenerateOutput)>;
+  // Called with each batch of newly generated tokens (streaming); may be null.
+  using TokenCallback = std::function<void(RequestId, const std::vector<int64_t>& new_ids,
+                                           const std::vector<float>& new_logprobs)>;
+  // Validates (prompt non-empty, ids in vocab, prompt + max_new_tokens <= context_length;
+  // furlong::Error otherwise) and queues the request.
+  RequestId submit(GenerateRequest request, DoneCallback on_done, TokenCallback on_tokens = {});
+  // Ends a queued or running request now; its callback gets the partial output with
+  // finish_reason abort. False if the id is unknown or already finished.
+  bool abort(RequestId id);
+  void abort_all();
+  // Blocking convenience: submits all, waits, returns outputs in input order.
+  std::vector<GenerateOutput> generate(
+      std::vector<GenerateRequest> requests,
+      const std::function<void(int64_t done, int64_t total)>& progress = {});
+
+  // pause: the scheduler stops taking steps (running requests keep their state) until
+  // continue_generation(). flush_cache: drops cached prefixes; fails if requests are running.
+  void pause_generation();
+  void continue_generation();
+  void flush_cache();
+  int64_t num_running() const;  // queued + running
+
+  // ---- weight updates (generation paused and KV cache flushed around them) ----
+  // Copies full tensors (HF names, any subset of the model's parameters, shapes must match;
+  // cast to the engine dtype) into the model. Sets weight_version to `version` when >= 0.
+  void update_weights_from_tensors(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                   int64_t version = -1);
+  // Joins a process group in which rank 0 is the trainer; then each call receives, by
+  // broadcast from rank 0, the listed tensors in order (size-bounded buckets chosen by the
+  // sender; the receiver takes one tensor per broadcast).
+  void init_weights_update_group(const WeightGroupSpec& spec);
+  void update_weights_from_distributed(const std::vector<WeightMeta>& metas, int64_t version);
+  void destroy_weights_update_group();
+  int64_t weight_version() const;
+  // Digest of every parameter's bytes in the engine dtype, in HF-name order (core/digest.h),
+  // equal to what the trainer computes over the weights it sent.
+  std::string weights_digest() const;
+
+  // ---- memory hand-off (colocated) ----
+  // Drops the KV cache (and the weights when include_weights) after aborting nothing: fails
+  // if requests are running. resume_memory rebuilds the cache; dropped weights must then be
+  // refilled by a weight update before generating (generation fails clearly otherwise).
+  void release_memory(bool include_weights);
+  void resume_memory();
+  bool memory_released() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace furlong::engine

@@ -1,0 +1,118 @@
+// Private to src/engine: the engine's state, shared by engine.cpp (requests, scheduler) and
+// engine_control.cpp (weight updates, digests, memory release).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/InferenceMode.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dist/process_group.h"
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "models/causal_lm.h"
+#include "tokenizer/tokenizer.h"
+
+namespace furlong::engine {
+
+// One request from submission to its callback.
+struct Sequence {
+  RequestId id = 0;
+  SamplingParams sampling;
+  Engine::DoneCallback on_done;
+  Engine::TokenCallback on_tokens;
+  std::vector<int64_t> tokens;  // prompt, then generated tokens
+  int64_t prompt_len = 0;
+  int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
+  std::vector<int64_t> blocks;
+  at::Tensor slots;  // cache slot of every position the reservation covers
+  GenerateOutput out;
+  std::mt19937_64 rng;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;  // only with stop strings
+  std::string text;                                   // decoded output (only with stop strings)
+  size_t max_stop_len = 0;
+  std::string error;  // why the engine ended it, when a step failed (finish reason abort)
+};
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::string model_path;
+  std::unique_ptr<models::CausalLM> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::vector<int64_t> eos_ids;
+  c10::Device device = c10::kCPU;
+  c10::ScalarType dtype = at::kFloat;
+  models::ForwardOptions forward;
+  int64_t context_length = 0;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<dist::ProcessGroups> weight_group;
+
+  // ---- shared state (guarded by mu) ----
+  mutable std::mutex mu;
+  std::condition_variable cv;       // wakes the scheduler
+  std::condition_variable idle_cv;  // signals the end of a step
+  std::deque<std::shared_ptr<Sequence>> waiting;
+  std::vector<std::shared_ptr<Sequence>> running;  // scheduler-owned, read under mu
+  std::unordered_map<RequestId, std::shared_ptr<Sequence>> live;
+  std::unordered_set<RequestId> abort_requested;
+  std::unordered_map<RequestId, std::string> step_errors;  // set while its callback runs
+  RequestId next_id = 1;
+  bool paused = false;
+  int control_holds = 0;  // weight updates / memory operations in progress
+  bool in_step = false;
+  bool stopping = false;
+  bool weights_released = false;
+  bool memory_released = false;
+  int64_t weight_version = 0;
+  std::thread scheduler;
+
+  void scheduler_loop();
+  bool can_step() const {
+    return !paused && control_holds == 0 && !memory_released &&
+           (!waiting.empty() || !running.empty());
+  }
+  // Finishes aborted requests; returns the finished ones (callbacks run outside the lock).
+  std::vector<std::shared_ptr<Sequence>> take_aborts();
+  void admit();
+  std::vector<std::shared_ptr<Sequence>> step();
+  void append_token(Sequence& s, int64_t token, float logprob);
+  void recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs);
+  void finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
+  void validate(const GenerateRequest& request) const;
+  void check_weights_present() const;
+  // The error that ended request `id` (only valid inside its done callback), "" if none.
+  std::string error_of(RequestId id) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = step_errors.find(id);
+    return it == step_errors.end() ? std::string() : it->second;
+  }
+
+  // Runs `fn` with the scheduler held between steps (no step runs meanwhile).
+  template <typename Fn>
+  auto with_scheduler_held(Fn&& fn) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++control_holds;
+    idle_cv.wait(lock, [&] { return !in_step; });
+    lock.unlock();
+    struct Release {
+      Impl* impl;
+      ~Release() {
+        std::lock_guard<std::mutex> g(impl->mu);
+        --impl->control_holds;
+        impl->cv.notify_all();
+      }
+    } release{this};
+    c10::InferenceMode guard;
+    return fn();
+  }
+  void copy_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
+};
+
+}  // namespace furlong::engine

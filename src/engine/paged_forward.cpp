@@ -1,0 +1,180 @@
+#include "engine/paged_forward.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "models/layers.h"
+
+namespace furlong::engine {
+namespace {
+
+// Attention in [B, heads, len, H] layout; mask (optional, bool, true = may attend) broadcasts
+// to [B, N, n, L]. Eager: plain matmul + fp32 softmax (the reference); else SDPA.
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask, models::AttnImpl impl, double scale) {
+  const int64_t groups = q.size(1) / k.size(1);
+  if (impl == models::AttnImpl::kEager) {
+    auto k_rep = groups == 1 ? k : k.repeat_interleave(groups, 1);
+    auto v_rep = groups == 1 ? v : v.repeat_interleave(groups, 1);
+    auto scores = at::matmul(q, k_rep.transpose(2, 3)) * scale;
+    if (mask.defined()) {
+      scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    }
+    auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    return at::matmul(probs, v_rep);
+  }
+  std::optional<at::Tensor> attn_mask;
+  if (mask.defined()) attn_mask = mask;
+  return at::scaled_dot_product_attention(q, k, v, attn_mask, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false, scale,
+                                          /*enable_gqa=*/groups != 1);
+}
+
+// Attention of `n` new queries at positions start..start+n-1 over the cached keys/values of
+// positions 0..start+n-1 ([L, K, H]); q is [n, N, H]. Returns [n, N, H].
+at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
+                            const at::Tensor& v_LKH, int64_t start, models::AttnImpl impl,
+                            double scale) {
+  const int64_t n = q_nNH.size(0), L = k_LKH.size(0);
+  auto q = q_nNH.transpose(0, 1).unsqueeze(0);  // [1, N, n, H]
+  auto k = k_LKH.transpose(0, 1).unsqueeze(0);  // [1, K, L, H]
+  auto v = v_LKH.transpose(0, 1).unsqueeze(0);
+  at::Tensor mask;  // only needed when several new queries see the cache
+  if (n > 1) {
+    auto key_pos = at::arange(L, q.options().dtype(at::kLong));
+    auto query_pos = at::arange(start, start + n, q.options().dtype(at::kLong));
+    mask = key_pos.unsqueeze(0) <= query_pos.unsqueeze(1);  // [n, L]
+  }
+  return masked_attention(q, k, v, mask, impl, scale).squeeze(0).transpose(0, 1);
+}
+
+// The single-token decodes of a step, attended together: each sequence's cached keys are
+// gathered into a [B, L_max] table (padded with its own slot 0, masked out).
+struct DecodeBatch {
+  at::Tensor rows_B;     // packed row of each decode token
+  at::Tensor slots_BL;   // int64 [B * L_max]
+  at::Tensor mask_B11L;  // bool
+  int64_t size = 0, max_len = 0;
+  std::vector<bool> member;  // per sequence: part of this batch
+
+  DecodeBatch(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& cu,
+              c10::Device device) {
+    member.assign(seqs.size(), false);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i].num_new == 1 && seqs[i].start > 0) {
+        member[i] = true;
+        ++size;
+        max_len = std::max(max_len, seqs[i].start + 1);
+      }
+    }
+    if (size < 2) {  // one decode alone takes the unpadded path
+      size = 0;
+      member.assign(seqs.size(), false);
+      return;
+    }
+    std::vector<int64_t> rows;
+    auto slots = at::empty({size, max_len}, at::kLong);
+    auto mask = at::zeros({size, 1, 1, max_len}, at::kBool);
+    int64_t b = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (!member[i]) continue;
+      const int64_t len = seqs[i].start + 1;
+      rows.push_back(cu[i]);
+      auto seq_slots = seqs[i].slots.narrow(0, 0, len).to(at::kCPU);
+      slots[b].narrow(0, 0, len).copy_(seq_slots);
+      slots[b].narrow(0, len, max_len - len).fill_(seq_slots[0].item<int64_t>());
+      mask[b].narrow(-1, 0, len).fill_(true);
+      ++b;
+    }
+    rows_B = at::tensor(rows, at::kLong).to(device);
+    slots_BL = slots.view(-1).to(device);
+    mask_B11L = mask.to(device);
+  }
+
+  at::Tensor attend(const at::Tensor& q_TNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                    models::AttnImpl impl, double scale) const {
+    const int64_t K = k_cache.size(1), H = k_cache.size(2);
+    auto q = q_TNH.index_select(0, rows_B).unsqueeze(2);  // [B, N, 1, H]
+    auto k = k_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
+    auto v = v_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
+    return masked_attention(q, k, v, mask_B11L, impl, scale).squeeze(2);  // [B, N, H]
+  }
+};
+
+}  // namespace
+
+at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
+                         const std::vector<StepSequence>& seqs,
+                         const models::ForwardOptions& options) {
+  FURLONG_ASSERT(!seqs.empty(), "paged_forward: no sequences");
+  const auto& weights = model.weights();
+  // Packed tokens, positions, document boundaries and the cache slots of the new tokens.
+  std::vector<int64_t> tokens, positions, cu{0}, last_rows;
+  std::vector<at::Tensor> new_slots;
+  for (const auto& s : seqs) {
+    for (int64_t i = 0; i < s.num_new; ++i) {
+      tokens.push_back(s.new_tokens[i]);
+      positions.push_back(s.start + i);
+    }
+    cu.push_back(cu.back() + s.num_new);
+    last_rows.push_back(cu.back() - 1);
+    new_slots.push_back(s.slots.narrow(0, s.start, s.num_new));
+  }
+  const auto device = weights[0][0].device();
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+  models::PackedBatch batch;
+  batch.tokens_T = at::tensor(tokens, long_opts).to(device);
+  batch.position_ids_T = at::tensor(positions, long_opts).to(device);
+  batch.cu_seqlens = cu;
+  auto slots_T = new_slots.size() == 1 ? new_slots[0] : at::cat(new_slots);
+
+  auto x_TD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_T);
+  auto ctx = model.make_context(batch, x_TD.scalar_type(), options);
+  const models::AttnImpl impl = options.attn;
+  const DecodeBatch decodes(seqs, cu, device);
+  ctx.attention_override = [&](int64_t layer, const at::Tensor& q_TNH, const at::Tensor& k_TKH,
+                               const at::Tensor& v_TKH, double scale) {
+    auto& k_cache = cache.k(layer);
+    auto& v_cache = cache.v(layer);
+    k_cache.index_copy_(0, slots_T, k_TKH);
+    v_cache.index_copy_(0, slots_T, v_TKH);
+    auto out_TNH = at::empty_like(q_TNH);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (decodes.member[i]) continue;
+      const auto& s = seqs[i];
+      auto q = q_TNH.narrow(0, cu[i], s.num_new);
+      at::Tensor o;
+      if (s.start == 0) {
+        // A whole prompt: the trainer's own per-document causal attention.
+        models::PackedBatch doc;
+        doc.cu_seqlens = {0, s.num_new};
+        o = models::attention(q, k_TKH.narrow(0, cu[i], s.num_new),
+                              v_TKH.narrow(0, cu[i], s.num_new), doc, impl, scale);
+      } else {
+        auto slots = s.slots.narrow(0, 0, s.start + s.num_new);
+        o = cached_attention(q, k_cache.index_select(0, slots), v_cache.index_select(0, slots),
+                             s.start, impl, scale);
+      }
+      out_TNH.narrow(0, cu[i], s.num_new).copy_(o);
+    }
+    if (decodes.size > 0) {
+      out_TNH.index_copy_(0, decodes.rows_B, decodes.attend(q_TNH, k_cache, v_cache, impl, scale));
+    }
+    return out_TNH;
+  };
+  for (int64_t l = 0; l < model.num_layers(); ++l) {
+    x_TD = model.block(l, weights[model.layer_unit(l)], x_TD, ctx);
+  }
+  auto rows = at::tensor(last_rows, long_opts).to(device);
+  return model.final_norm(weights[model.final_unit()], x_TD.index_select(0, rows), ctx);
+}
+
+at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD) {
+  const auto& w = model.weights();
+  return at::linear(hidden_BD,
+                    model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]));
+}
+
+}  // namespace furlong::engine

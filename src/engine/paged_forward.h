@@ -1,0 +1,34 @@
+// One engine step through the model: the new tokens of several sequences, packed, run through
+// the model's own blocks (models::CausalLM::block) with attention replaced by attention over
+// each sequence's paged KV cache. A sequence with nothing cached (a fresh prompt) attends
+// exactly as the trainer does (models::attention over one document); a sequence with a cached
+// prefix (decode, one token) attends over the cache.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "models/causal_lm.h"
+
+namespace furlong::engine {
+
+struct StepSequence {
+  const int64_t* new_tokens = nullptr;  // `num_new` ids
+  int64_t num_new = 0;
+  int64_t start = 0;  // position of the first new token = tokens already cached
+  at::Tensor slots;   // int64 [>= start + num_new]: cache slot of every position
+};
+
+// Writes the K/V of every new token into `cache` and returns the final hidden states (after
+// the final norm) of each sequence's last new token, [B, D] in the model's dtype.
+at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
+                         const std::vector<StepSequence>& seqs,
+                         const models::ForwardOptions& options);
+
+// Logits [B, V] (model dtype) of final hidden states, as the model's lm_head computes them.
+at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD);
+
+}  // namespace furlong::engine

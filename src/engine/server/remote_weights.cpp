@@ -1,0 +1,60 @@
+#include "engine/server/remote_weights.h"
+
+#include <exception>
+#include <functional>
+#include <future>
+
+namespace furlong::engine::server {
+namespace {
+
+// Runs call(i) for every engine on its own thread while `local` runs here; rethrows the first
+// failure (local first: a failed collective explains the HTTP errors that follow it).
+void with_engines_concurrently(size_t count, const std::function<void(size_t)>& call,
+                               const std::function<void()>& local) {
+  std::vector<std::future<void>> calls;
+  for (size_t i = 0; i < count; ++i) calls.push_back(std::async(std::launch::async, call, i));
+  std::exception_ptr failure;
+  try {
+    local();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  for (auto& c : calls) {
+    try {
+      c.get();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+std::unique_ptr<dist::ProcessGroups> connect_remote_engines(
+    const std::vector<const EngineClient*>& engines, WeightGroupSpec spec) {
+  FURLONG_CHECK(!engines.empty(), "connect_remote_engines: no engines");
+  spec.world_size = static_cast<int>(engines.size()) + 1;
+  std::unique_ptr<dist::ProcessGroups> group;
+  with_engines_concurrently(
+      engines.size(),
+      [&](size_t i) {
+        WeightGroupSpec mine = spec;
+        mine.rank_offset = static_cast<int>(i) + 1;
+        engines[i]->init_weights_update_group(mine);
+      },
+      [&] { group = join_weight_group(spec, 0); });
+  return group;
+}
+
+void update_remote_weights(const std::vector<const EngineClient*>& engines, dist::Group& group,
+                           const NamedTensors& named, int64_t version,
+                           const std::string& group_name) {
+  auto metas = weight_metas(named);
+  with_engines_concurrently(
+      engines.size(),
+      [&](size_t i) { engines[i]->update_weights_from_distributed(metas, version, group_name); },
+      [&] { broadcast_weights(group, named); });
+}
+
+}  // namespace furlong::engine::server

@@ -1,0 +1,686 @@
+// The engine's HTTP server (see server.h): routing, auth, error bodies, blocking generation.
+#include "engine/server/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "engine/server/api.h"
+#include "engine/server/connection_watch.h"
+#include "tokenizer/tokenizer.h"
+
+namespace furlong::engine::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using httplib::Request;
+using httplib::Response;
+
+void send_json(Response& res, const Json& body, int status = 200) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void send_error(Response& res, int status, const std::string& type, const std::string& message) {
+  send_json(res, error_body(message, type, status), status);
+}
+
+Json ok(const std::string& message) {
+  return Json{{"success", true}, {"message", message}};
+}
+
+// A request body that may be empty (then {}).
+Json optional_body(const Request& req, const std::string& endpoint) {
+  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
+  return parse_body(req.body, endpoint);
+}
+
+// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
+  return diff == 0;
+}
+
+// weight_version arrives as an integer or (SGLang's type) a string of digits.
+int64_t parse_version(const Json& value, const std::string& where) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(s, &used);
+      if (used == s.size()) return v;
+    } catch (const std::exception&) {
+    }
+  }
+  bad_request(where + ": 'weight_version' must be an integer (or a string of digits), got " +
+              json_excerpt(value));
+}
+
+std::string strip_torch_prefix(std::string dtype) {
+  if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
+  return dtype;
+}
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of connections (32 rollout workers at
+// once) overflows it, and the kernel then drops handshakes (1 s retransmits) or whole requests.
+// listen() again on the bound socket raises the backlog to the system's maximum.
+class WideBacklogServer : public httplib::Server {
+ public:
+  void widen_backlog() {
+    FURLONG_CHECK(::listen(svr_sock_, SOMAXCONN) == 0, "listen(): ", std::strerror(errno));
+  }
+};
+
+// Outputs of submitted requests, filled by engine callbacks (engine thread).
+struct Waiter {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<std::optional<GenerateOutput>> outputs;
+  size_t remaining = 0;
+};
+
+// A streamed generation: tokens so far (engine thread appends) and the final output.
+struct Stream {
+  std::mutex mutex;
+  std::condition_variable changed;
+  GenerateOutput partial;
+  std::optional<GenerateOutput> final_output;
+  size_t sent_tokens = 0;
+  RequestId id = -1;
+};
+
+std::string sse_event(const Json& data) {
+  return "data: " + data.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace
+
+struct EngineServer::Impl {
+  std::shared_ptr<EngineBackend> backend;
+  ServerOptions options;
+  WideBacklogServer http;
+  std::thread listener;
+  int port = -1;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> paused{false};
+  std::atomic<int64_t> next_rid{0};
+  std::mutex rids_mutex;
+  std::unordered_map<std::string, RequestId> active;  // rid -> engine id
+
+  Impl(std::shared_ptr<EngineBackend> b, ServerOptions o)
+      : backend(std::move(b)), options(std::move(o)) {}
+
+  ModelLimits limits() const { return {backend->vocab_size(), backend->context_length()}; }
+  std::string make_rid() { return "furlong-" + std::to_string(next_rid.fetch_add(1)); }
+
+  // Runs one endpoint; every exception becomes a JSON error response.
+  template <typename Fn>
+  void guarded(const Request& req, Response& res, Fn&& fn) {
+    try {
+      fn();
+    } catch (const ApiError& e) {
+      send_error(res, e.status(), e.type(), e.what());
+    } catch (const Error& e) {
+      send_error(res, 400, "invalid_request_error", e.what());
+    } catch (const std::exception& e) {
+      LOG_ERROR(req.method, " ", req.path, " failed: ", e.what());
+      send_error(res, 500, "internal_error", std::string("internal error: ") + e.what());
+    } catch (...) {
+      send_error(res, 500, "internal_error", "internal error (unknown exception)");
+    }
+  }
+  template <typename Fn>
+  void get(const std::string& path, Fn fn) {
+    http.Get(path, [this, fn](const Request& q, Response& r) { guarded(q, r, [&] { fn(q, r); }); });
+  }
+  template <typename Fn>
+  void post(const std::string& path, Fn fn) {
+    http.Post(path,
+              [this, fn](const Request& q, Response& r) { guarded(q, r, [&] { fn(q, r); }); });
+  }
+
+  std::vector<GenerateOutput> run(const Request& req, std::vector<GenerateItem>& items);
+  void stream(const Request& req, Response& res, GenerateCall call);
+  bool stream_step(const std::shared_ptr<Stream>& st, const GenerateCall& call,
+                   const ConnectionWatch& watch, Clock::time_point start, httplib::DataSink& sink);
+  void register_rids(const std::vector<GenerateItem>& items);
+  void unregister_rids(const std::vector<GenerateItem>& items);
+
+  void install_hooks();
+  void install_generation_routes();
+  void install_control_routes();
+  void install_weight_routes();
+  void install_memory_routes();
+  void install_info_routes();
+  bool health_generate();
+};
+
+void EngineServer::Impl::register_rids(const std::vector<GenerateItem>& items) {
+  std::lock_guard<std::mutex> lock(rids_mutex);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (active.count(items[i].rid)) {
+      for (size_t j = 0; j < i; ++j) active.erase(items[j].rid);
+      bad_request("rid '" + items[i].rid + "' is already in use by a running request");
+    }
+    active.emplace(items[i].rid, -1);
+  }
+}
+
+void EngineServer::Impl::unregister_rids(const std::vector<GenerateItem>& items) {
+  std::lock_guard<std::mutex> lock(rids_mutex);
+  for (const auto& item : items) active.erase(item.rid);
+}
+
+// Submits every item, then waits for all outputs; aborts them when the client hangs up or the
+// server stops (their outputs then come back with finish_reason abort).
+std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
+                                                    std::vector<GenerateItem>& items) {
+  register_rids(items);
+  auto waiter = std::make_shared<Waiter>();
+  waiter->outputs.resize(items.size());
+  waiter->remaining = items.size();
+  std::vector<RequestId> ids;
+  auto abort_submitted = [&] {
+    for (RequestId id : ids) backend->abort(id);
+  };
+  try {
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto on_done = [waiter, i](RequestId, GenerateOutput output) {
+        std::lock_guard<std::mutex> lock(waiter->mutex);
+        waiter->outputs[i] = std::move(output);
+        --waiter->remaining;
+        waiter->done.notify_all();
+      };
+      ids.push_back(backend->submit(items[i].request, on_done, {}));
+      std::lock_guard<std::mutex> lock(rids_mutex);
+      active[items[i].rid] = ids.back();
+    }
+  } catch (...) {
+    // A rejected prompt fails the whole call: end the ones already queued.
+    abort_submitted();
+    std::unique_lock<std::mutex> lock(waiter->mutex);
+    waiter->done.wait(lock, [&] { return waiter->remaining == items.size() - ids.size(); });
+    lock.unlock();
+    unregister_rids(items);
+    throw;
+  }
+  std::optional<ConnectionWatch> watch;
+  bool aborted = false;
+  std::unique_lock<std::mutex> lock(waiter->mutex);
+  while (!waiter->done.wait_for(lock, std::chrono::milliseconds(100),
+                                [&] { return waiter->remaining == 0; })) {
+    if (aborted) continue;
+    if (!watch) watch.emplace(req.remote_addr, req.remote_port, req.local_port);
+    if (stopping || watch->peer_closed()) {
+      LOG_INFO("aborting ", ids.size(),
+               " request(s): ", stopping ? "the server is stopping" : "the client disconnected");
+      lock.unlock();
+      abort_submitted();
+      lock.lock();
+      aborted = true;
+    }
+  }
+  lock.unlock();
+  unregister_rids(items);
+  std::vector<GenerateOutput> outputs;
+  for (auto& o : waiter->outputs) outputs.push_back(std::move(*o));
+  return outputs;
+}
+
+// Server-sent events: one `data: {...}` per batch of new tokens (SGLang's cumulative shape:
+// text and output_ids so far, finish_reason null), then the final object and `data: [DONE]`.
+// The handler returns at once; cpp-httplib then calls the provider on the same thread until it
+// is done, and the releaser runs when the response ends (aborting the request if unfinished).
+void EngineServer::Impl::stream(const Request& req, Response& res, GenerateCall call) {
+  register_rids(call.items);
+  auto st = std::make_shared<Stream>();
+  st->partial.prompt_tokens = static_cast<int64_t>(call.items[0].request.input_ids.size());
+  auto on_tokens = [st](RequestId, const std::vector<int64_t>& ids,
+                        const std::vector<float>& logprobs) {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    st->partial.output_ids.insert(st->partial.output_ids.end(), ids.begin(), ids.end());
+    st->partial.output_logprobs.insert(st->partial.output_logprobs.end(), logprobs.begin(),
+                                       logprobs.end());
+    st->changed.notify_all();
+  };
+  auto on_done = [st](RequestId, GenerateOutput output) {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    st->final_output = std::move(output);
+    st->changed.notify_all();
+  };
+  try {
+    st->id = backend->submit(call.items[0].request, on_done, on_tokens);
+  } catch (...) {
+    unregister_rids(call.items);
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(rids_mutex);
+    active[call.items[0].rid] = st->id;
+  }
+  auto start = Clock::now();
+  auto watch = std::make_shared<ConnectionWatch>(req.remote_addr, req.remote_port, req.local_port);
+  auto shared_call = std::make_shared<GenerateCall>(std::move(call));
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st, shared_call, watch, start](size_t, httplib::DataSink& sink) {
+        return stream_step(st, *shared_call, *watch, start, sink);
+      },
+      [this, st, shared_call](bool) {
+        bool finished;
+        {
+          std::lock_guard<std::mutex> lock(st->mutex);
+          finished = st->final_output.has_value();
+        }
+        if (!finished) backend->abort(st->id);
+        unregister_rids(shared_call->items);
+      });
+}
+
+// One provider call: waits (bounded) for news and writes it. False ends the response early.
+bool EngineServer::Impl::stream_step(const std::shared_ptr<Stream>& st, const GenerateCall& call,
+                                     const ConnectionWatch& watch, Clock::time_point start,
+                                     httplib::DataSink& sink) {
+  std::unique_lock<std::mutex> lock(st->mutex);
+  st->changed.wait_for(lock, std::chrono::milliseconds(100), [&] {
+    return st->final_output.has_value() || st->partial.output_ids.size() > st->sent_tokens;
+  });
+  if (!st->final_output && (stopping || watch.peer_closed())) {
+    lock.unlock();
+    backend->abort(st->id);
+    return !watch.peer_closed();  // keep going to deliver the abort unless nobody listens
+  }
+  double latency = std::chrono::duration<double>(Clock::now() - start).count();
+  const auto& tok = backend->tokenizer();
+  if (st->final_output) {
+    GenerateOutput output = *st->final_output;
+    lock.unlock();
+    std::string events = sse_event(generate_response(call, call.items[0], output, tok, latency)) +
+                         "data: [DONE]\n\n";
+    if (!sink.write(events.data(), events.size())) return false;
+    sink.done();
+    return true;
+  }
+  if (st->partial.output_ids.size() == st->sent_tokens) return true;  // nothing new yet
+  GenerateOutput partial = st->partial;
+  st->sent_tokens = partial.output_ids.size();
+  lock.unlock();
+  partial.weight_version = backend->weight_version();
+  Json event = generate_response(call, call.items[0], partial, tok, latency);
+  event["meta_info"]["finish_reason"] = nullptr;
+  std::string text = sse_event(event);
+  return sink.write(text.data(), text.size());
+}
+
+void EngineServer::Impl::install_generation_routes() {
+  post("/generate", [this](const Request& req, Response& res) {
+    auto start = Clock::now();
+    GenerateCall call = parse_generate(parse_body(req.body, "/generate"), backend->tokenizer(),
+                                       limits(), [this] { return make_rid(); });
+    if (call.stream) return stream(req, res, std::move(call));
+    auto outputs = run(req, call.items);
+    double latency = std::chrono::duration<double>(Clock::now() - start).count();
+    Json body = Json::array();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      body.push_back(
+          generate_response(call, call.items[i], outputs[i], backend->tokenizer(), latency));
+    }
+    send_json(res, call.batched ? body : body[0]);
+  });
+  auto openai = [this](const Request& req, Response& res, OpenAiCall call) {
+    call.item.rid = make_rid();
+    std::vector<GenerateItem> items = {call.item};
+    auto outputs = run(req, items);
+    auto created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+    send_json(res, openai_response(call, outputs[0], backend->tokenizer(),
+                                   options.served_model_name, created));
+  };
+  post("/v1/completions", [this, openai](const Request& req, Response& res) {
+    Json body = parse_body(req.body, "/v1/completions");
+    openai(req, res, parse_completion(body, backend->tokenizer(), limits()));
+  });
+  post("/v1/chat/completions", [this, openai](const Request& req, Response& res) {
+    OrderedJson body;
+    try {
+      body = parse_ordered_json(req.body, "/v1/chat/completions request body");
+    } catch (const Error& e) {
+      bad_request(e.what());
+    }
+    if (!body.is_object()) bad_request("/v1/chat/completions: the body must be a JSON object");
+    openai(req, res,
+           parse_chat_completion(body, backend->tokenizer(), backend->chat_formatter(), limits()));
+  });
+  post("/abort_request", [this](const Request& req, Response& res) {
+    Json body = optional_body(req, "/abort_request");
+    check_known_fields(body, {"rid", "abort_all"}, "/abort_request");
+    if (json_get_or<bool>(body, "abort_all", false, "/abort_request")) {
+      backend->abort_all();
+      return send_json(res, ok("aborted all requests"));
+    }
+    auto rid = json_get<std::string>(body, "rid", "/abort_request");
+    std::optional<RequestId> id;
+    {
+      std::lock_guard<std::mutex> lock(rids_mutex);
+      auto it = active.find(rid);
+      if (it != active.end() && it->second >= 0) id = it->second;
+    }
+    bool aborted = id && backend->abort(*id);
+    send_json(res, Json{{"success", aborted},
+                        {"message", aborted ? "aborted" : "no running request with this rid"}});
+  });
+}
+
+void EngineServer::Impl::install_control_routes() {
+  post("/pause_generation", [this](const Request& req, Response& res) {
+    Json body = optional_body(req, "/pause_generation");
+    check_known_fields(body, {"mode"}, "/pause_generation");
+    auto mode = json_get_or<std::string>(body, "mode", "retract", "/pause_generation");
+    if (mode != "retract" && mode != "in_place" && mode != "abort") {
+      bad_request("/pause_generation: 'mode' must be retract, in_place or abort, got '" + mode +
+                  "'");
+    }
+    // Running requests keep their KV cache either way; "abort" ends them first.
+    if (mode == "abort") backend->abort_all();
+    backend->pause_generation();
+    paused = true;
+    send_json(res, ok("generation paused (" + mode + ")"));
+  });
+  post("/continue_generation", [this](const Request& req, Response& res) {
+    check_known_fields(optional_body(req, "/continue_generation"), {}, "/continue_generation");
+    backend->continue_generation();
+    paused = false;
+    send_json(res, ok("generation continued"));
+  });
+  auto flush = [this](const Request&, Response& res) {
+    backend->flush_cache();
+    send_json(res, ok("cache flushed"));
+  };
+  get("/flush_cache", flush);
+  post("/flush_cache", flush);
+}
+
+void EngineServer::Impl::install_weight_routes() {
+  post("/init_weights_update_group", [this](const Request& req, Response& res) {
+    const std::string where = "/init_weights_update_group";
+    Json body = parse_body(req.body, where);
+    check_known_fields(
+        body,
+        {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"},
+        where);
+    WeightGroupSpec spec;
+    spec.master_addr = json_get<std::string>(body, "master_address", where);
+    spec.master_port = static_cast<int>(json_get<int64_t>(body, "master_port", where));
+    spec.rank_offset = static_cast<int>(json_get<int64_t>(body, "rank_offset", where));
+    spec.world_size = static_cast<int>(json_get<int64_t>(body, "world_size", where));
+    spec.group_name = json_get_or<std::string>(body, "group_name", spec.group_name, where);
+    spec.backend = json_get_or<std::string>(body, "backend", spec.backend, where);
+    backend->init_weights_update_group(spec);
+    send_json(res, ok("joined weight update group '" + spec.group_name + "'"));
+  });
+  post("/destroy_weights_update_group", [this](const Request& req, Response& res) {
+    check_known_fields(optional_body(req, "/destroy_weights_update_group"), {"group_name"},
+                       "/destroy_weights_update_group");
+    backend->destroy_weights_update_group();
+    send_json(res, ok("weight update group destroyed"));
+  });
+  post("/update_weights_from_distributed", [this](const Request& req, Response& res) {
+    const std::string where = "/update_weights_from_distributed";
+    Json body = parse_body(req.body, where);
+    check_known_fields(body,
+                       {"names", "dtypes", "shapes", "group_name", "flush_cache", "selector",
+                        "weight_version", "load_format", "abort_all_requests"},
+                       where);
+    auto names = json_get<std::vector<std::string>>(body, "names", where);
+    auto dtypes = json_get<std::vector<std::string>>(body, "dtypes", where);
+    FURLONG_CHECK(body.contains("shapes") && body["shapes"].is_array(), where,
+                  ": 'shapes' must be a list of integer lists");
+    const Json& shapes = body["shapes"];
+    FURLONG_CHECK(names.size() == dtypes.size() && names.size() == shapes.size(), where,
+                  ": 'names', 'dtypes' and 'shapes' must have the same length, got ", names.size(),
+                  ", ", dtypes.size(), ", ", shapes.size());
+    std::vector<WeightMeta> metas;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::string dtype = strip_torch_prefix(dtypes[i]);
+      FURLONG_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32", where,
+                    ": dtypes[", i, "] must be bfloat16, float16 or float32, got '", dtypes[i],
+                    "'");
+      metas.push_back(
+          {names[i], dtype,
+           json_as<std::vector<int64_t>>(shapes[i], "shapes[" + std::to_string(i) + "]", where)});
+    }
+    int64_t version = -1;
+    if (body.contains("weight_version") && !body["weight_version"].is_null())
+      version = parse_version(body["weight_version"], where);
+    backend->update_weights_from_distributed(metas, version);
+    Json reply = ok("updated " + std::to_string(metas.size()) + " tensors");
+    reply["weight_version"] = backend->weight_version();
+    send_json(res, reply);
+  });
+  post("/update_weight_version", [this](const Request& req, Response& res) {
+    const std::string where = "/update_weight_version";
+    Json body = parse_body(req.body, where);
+    check_known_fields(body, {"new_version", "abort_all_requests"}, where);
+    FURLONG_CHECK(body.contains("new_version"), where, ": required field 'new_version' is missing");
+    if (json_get_or<bool>(body, "abort_all_requests", false, where)) backend->abort_all();
+    backend->set_weight_version(parse_version(body["new_version"], where));
+    send_json(res, Json{{"success", true}, {"weight_version", backend->weight_version()}});
+  });
+  get("/get_weight_version", [this](const Request&, Response& res) {
+    send_json(res, Json{{"weight_version", backend->weight_version()}});
+  });
+  auto digest = [this](const Request&, Response& res) {
+    send_json(res, Json{{"digest", backend->weights_digest()},
+                        {"weight_version", backend->weight_version()}});
+  };
+  get("/get_weights_digest", digest);
+  post("/get_weights_digest", digest);
+}
+
+void EngineServer::Impl::install_memory_routes() {
+  // SGLang's tags: weights, kv_cache, cuda_graph (absent = all). The engine releases the KV
+  // cache with any of them, and the weights too when "weights" is named.
+  auto tags_of = [](const Json& body, const std::string& where) {
+    check_known_fields(body, {"tags"}, where);
+    std::vector<std::string> tags = {"weights", "kv_cache", "cuda_graph"};
+    if (body.contains("tags") && !body["tags"].is_null())
+      tags = json_get<std::vector<std::string>>(body, "tags", where);
+    for (const auto& t : tags) {
+      FURLONG_CHECK(t == "weights" || t == "kv_cache" || t == "cuda_graph", where, ": tag '", t,
+                    "' is not one of weights, kv_cache, cuda_graph");
+    }
+    return tags;
+  };
+  post("/release_memory_occupation", [this, tags_of](const Request& req, Response& res) {
+    const std::string where = "/release_memory_occupation";
+    auto tags = tags_of(optional_body(req, where), where);
+    bool weights = std::find(tags.begin(), tags.end(), "weights") != tags.end();
+    if (!backend->memory_released()) backend->release_memory(weights);
+    send_json(res, ok(weights ? "released KV cache and weights" : "released KV cache"));
+  });
+  post("/resume_memory_occupation", [this, tags_of](const Request& req, Response& res) {
+    const std::string where = "/resume_memory_occupation";
+    tags_of(optional_body(req, where), where);
+    if (backend->memory_released()) backend->resume_memory();
+    send_json(res, ok("memory resumed"));
+  });
+}
+
+// One greedy token from a one-token prompt, bounded in time.
+bool EngineServer::Impl::health_generate() {
+  GenerateRequest request;
+  request.input_ids = {0};
+  request.sampling.temperature = 0;
+  request.sampling.max_new_tokens = 1;
+  auto waiter = std::make_shared<Waiter>();
+  waiter->remaining = 1;
+  RequestId id = backend->submit(request,
+                                 [waiter](RequestId, GenerateOutput) {
+                                   std::lock_guard<std::mutex> lock(waiter->mutex);
+                                   waiter->remaining = 0;
+                                   waiter->done.notify_all();
+                                 },
+                                 {});
+  std::unique_lock<std::mutex> lock(waiter->mutex);
+  auto timeout = std::chrono::duration<double>(options.health_generate_timeout_s);
+  if (waiter->done.wait_for(lock, timeout, [&] { return waiter->remaining == 0; })) return true;
+  lock.unlock();
+  backend->abort(id);
+  return false;
+}
+
+void EngineServer::Impl::install_info_routes() {
+  get("/health", [](const Request&, Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  get("/health_generate", [this](const Request&, Response& res) {
+    // Paused or released engines cannot generate by design; they are healthy.
+    if (paused || backend->memory_released())
+      return send_json(res, Json{{"status", "ok"}, {"generated", false}});
+    try {
+      if (!health_generate())
+        return send_error(res, 503, "unavailable", "the engine did not generate in time");
+    } catch (const Error& e) {
+      return send_error(res, 503, "unavailable",
+                        std::string("the engine cannot generate: ") + e.what());
+    }
+    send_json(res, Json{{"status", "ok"}, {"generated", true}});
+  });
+  auto model_info = [this](const Request&, Response& res) {
+    Json info = backend->model_info();
+    info["is_generation"] = true;
+    info["weight_version"] = backend->weight_version();
+    info["served_model_name"] = options.served_model_name;
+    send_json(res, info);
+  };
+  get("/get_model_info", model_info);
+  get("/model_info", model_info);
+  auto server_info = [this](const Request&, Response& res) {
+    send_json(res, Json{{"host", options.host},
+                        {"port", port},
+                        {"max_concurrent_requests", options.max_concurrent_requests},
+                        {"context_length", backend->context_length()},
+                        {"paused", paused.load()},
+                        {"memory_released", backend->memory_released()},
+                        {"num_running", backend->num_running()},
+                        {"weight_version", backend->weight_version()},
+                        {"model_info", backend->model_info()}});
+  };
+  get("/get_server_info", server_info);
+  get("/server_info", server_info);
+  get("/v1/models", [this](const Request&, Response& res) {
+    send_json(res, Json{{"object", "list"},
+                        {"data", Json::array({{{"id", options.served_model_name},
+                                               {"object", "model"},
+                                               {"owned_by", "furlong"}}})}});
+  });
+}
+
+void EngineServer::Impl::install_hooks() {
+  http.new_task_queue = [n = options.max_concurrent_requests] {
+    return new httplib::ThreadPool(static_cast<size_t>(n));
+  };
+  http.set_payload_max_length(static_cast<size_t>(options.max_request_bytes));
+  http.set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (options.api_key.empty() || req.path.rfind("/health", 0) == 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "authentication_error",
+               "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const Request& req, Response& res) {
+    if (!res.body.empty()) return;  // an endpoint's own error body
+    if (res.status == 404) {
+      send_error(res, 404, "not_found_error", "no endpoint " + req.method + " " + req.path);
+    } else if (res.status == 413) {
+      send_error(res, 413, "invalid_request_error", "the request body is too large");
+    } else {
+      send_error(res, res.status, "invalid_request_error",
+                 "HTTP error " + std::to_string(res.status));
+    }
+  });
+  http.set_logger([](const Request& req, const Response& res) {
+    LOG_DEBUG(req.method, " ", req.path, " -> ", res.status, " (", req.remote_addr, ":",
+              req.remote_port, ")");
+  });
+  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
+    send_error(res, 500, "internal_error", "internal error");
+  });
+}
+
+EngineServer::EngineServer(std::shared_ptr<EngineBackend> backend, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(backend), std::move(options))) {
+  FURLONG_CHECK(impl_->backend != nullptr, "EngineServer: no engine backend");
+  FURLONG_CHECK(impl_->options.max_concurrent_requests >= 1,
+                "--max-concurrent-requests must be >= 1, got ",
+                impl_->options.max_concurrent_requests);
+  if (impl_->options.served_model_name.empty()) {
+    impl_->options.served_model_name =
+        impl_->backend->model_info().value("model_path", std::string("furlong"));
+  }
+  impl_->install_hooks();
+  impl_->install_info_routes();
+  impl_->install_generation_routes();
+  impl_->install_control_routes();
+  impl_->install_weight_routes();
+  impl_->install_memory_routes();
+}
+
+EngineServer::~EngineServer() {
+  stop();
+}
+
+int EngineServer::start() {
+  auto& o = impl_->options;
+  if (o.port == 0) {
+    impl_->port = impl_->http.bind_to_any_port(o.host);
+    FURLONG_CHECK(impl_->port > 0, "cannot bind ", o.host, " (any port)");
+  } else {
+    FURLONG_CHECK(impl_->http.bind_to_port(o.host, o.port), "cannot bind ", o.host, ":", o.port,
+                  " (in use, or not an address of this machine)");
+    impl_->port = o.port;
+  }
+  impl_->http.widen_backlog();
+  impl_->listener = std::thread([this] { impl_->http.listen_after_bind(); });
+  return impl_->port;
+}
+
+void EngineServer::wait() {
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+void EngineServer::stop() {
+  if (impl_->stopped.exchange(true)) return;
+  impl_->stopping = true;
+  impl_->http.stop();
+  wait();
+}
+
+int EngineServer::port() const {
+  return impl_->port;
+}
+
+std::string EngineServer::url() const {
+  return "http://" + impl_->options.host + ":" + std::to_string(impl_->port);
+}
+
+}  // namespace furlong::engine::server

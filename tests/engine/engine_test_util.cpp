@@ -1,0 +1,79 @@
+#include "engine_test_util.h"
+
+#include <ATen/ATen.h>
+
+#include <random>
+
+#include "common/test_util.h"
+#include "core/dtype.h"
+#include "models/hf_model.h"
+#include "models/registry.h"
+
+namespace furlong::engine::testing {
+
+namespace fs = std::filesystem;
+
+Json tiny_config(const std::string& model_type, int64_t vocab_size) {
+  std::string arch = model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                     : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                             : "LlamaForCausalLM";
+  Json c{{"model_type", model_type},       {"architectures", {arch}},
+         {"vocab_size", vocab_size},       {"hidden_size", 64},
+         {"intermediate_size", 96},        {"num_hidden_layers", 2},
+         {"num_attention_heads", 4},       {"num_key_value_heads", 2},
+         {"max_position_embeddings", 512}, {"tie_word_embeddings", model_type == "qwen2"},
+         {"initializer_range", 0.1},       {"rms_norm_eps", 1e-6}};
+  if (model_type == "qwen3") c["head_dim"] = 24;
+  return c;
+}
+
+void write_tiny_model(const fs::path& dir, const Json& config, uint64_t seed,
+                      const std::string& dtype) {
+  auto model = models::create_model(config, "tiny config");
+  model->materialize(at::kFloat);
+  models::init_weights(*model, seed);
+  fs::create_directories(dir);
+  models::save_hf_model(*model, dir, parse_dtype(dtype, "dtype"));
+  auto tok = furlong::testing::tokenizer_dir("qwen3");
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(tok / name, dir / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+EngineOptions small_engine_options(const std::string& dtype) {
+  EngineOptions o;
+  o.dtype = dtype;
+  o.device = "cpu";
+  o.kv_block_size = 4;
+  o.max_total_tokens = 8192;
+  return o;
+}
+
+std::vector<GenerateRequest> greedy_requests(const std::vector<std::vector<int64_t>>& prompts,
+                                             int64_t max_new_tokens) {
+  std::vector<GenerateRequest> requests;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.input_ids = p;
+    r.sampling.temperature = 0;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_new_tokens = max_new_tokens;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths, int64_t vocab,
+                                                 uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int len : lengths) {
+    std::vector<int64_t> p(len);
+    for (auto& t : p) t = token(rng);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+}  // namespace furlong::engine::testing

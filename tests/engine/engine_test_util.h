@@ -1,0 +1,33 @@
+// Tiny models for the engine tests: written in HF format by furlong's own model code (seeded
+// transformers-style init), with the real Qwen3 tokenizer files next to them.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json_util.h"
+#include "engine/engine.h"
+
+namespace furlong::engine::testing {
+
+// A tiny config of one architecture ("qwen3", "qwen2" or "llama"); vocab 97 unless given.
+Json tiny_config(const std::string& model_type, int64_t vocab_size = 97);
+
+// Writes a randomly initialized model (seed, dtype) with tokenizer files to `dir`.
+void write_tiny_model(const std::filesystem::path& dir, const Json& config, uint64_t seed,
+                      const std::string& dtype);
+
+// Engine options for small tests: small KV blocks so tables span several blocks.
+EngineOptions small_engine_options(const std::string& dtype = "");
+
+// Greedy requests (temperature 0, ignore eos) of the given prompts.
+std::vector<GenerateRequest> greedy_requests(const std::vector<std::vector<int64_t>>& prompts,
+                                             int64_t max_new_tokens);
+
+// Deterministic pseudo-random prompts with ids in [0, vocab).
+std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths, int64_t vocab,
+                                                 uint32_t seed);
+
+}  // namespace furlong::engine::testing

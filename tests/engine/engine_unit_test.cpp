@@ -1,0 +1,102 @@
+// Unit tests of the engine's parts: sampling-params parsing, the tensor digest, the KV block
+// allocator and the sampler's candidate sets.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+#include "core/digest.h"
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "engine/sampler.h"
+
+namespace furlong::engine {
+namespace {
+
+using furlong::testing::error_of;
+
+TEST(SamplingParams, ParsesSglangKeys) {
+  auto p = parse_sampling_params(Json::parse(R"({"temperature": 0.5, "top_p": 0.9, "top_k": 5,
+      "min_p": 0.1, "max_new_tokens": 7, "stop": "x", "stop_token_ids": [3], "ignore_eos": true,
+      "sampling_seed": 9, "skip_special_tokens": false, "no_stop_trim": true})"),
+                                 "req");
+  EXPECT_EQ(p.temperature, 0.5);
+  EXPECT_EQ(p.top_k, 5);
+  EXPECT_EQ(p.max_new_tokens, 7);
+  EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(p.stop_token_ids, std::vector<int64_t>{3});
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.seed, 9u);
+  EXPECT_FALSE(p.skip_special_tokens);
+  EXPECT_TRUE(p.no_stop_trim);
+  EXPECT_EQ(parse_sampling_params(Json(), "req").temperature, 1.0);
+}
+
+TEST(SamplingParams, RejectsBadInput) {
+  auto msg = error_of([] { parse_sampling_params(Json::parse(R"({"temp": 1})"), "req 3"); });
+  EXPECT_NE(msg.find("req 3"), std::string::npos);
+  EXPECT_NE(msg.find("'temp'"), std::string::npos);
+  msg = error_of([] { parse_sampling_params(Json::parse(R"({"top_p": 0})"), "r"); });
+  EXPECT_NE(msg.find("top_p"), std::string::npos);
+  msg = error_of([] { parse_sampling_params(Json::parse(R"({"max_new_tokens": "4"})"), "r"); });
+  EXPECT_NE(msg.find("max_new_tokens"), std::string::npos);
+  msg = error_of([] { parse_sampling_params(Json::parse(R"({"temperature": -1})"), "r"); });
+  EXPECT_NE(msg.find("temperature"), std::string::npos);
+}
+
+TEST(Digest, DependsOnBitsNamesShapesAndDtypesNotOrder) {
+  auto a = at::arange(12, at::kFloat).reshape({3, 4});
+  auto b = at::ones({5}, at::kBFloat16);
+  std::string d = tensors_digest({{"a", a}, {"b", b}});
+  EXPECT_EQ(d.size(), 16u);
+  EXPECT_EQ(d, tensors_digest({{"b", b.clone()}, {"a", a.clone()}}));
+  auto flipped = a.clone();
+  flipped.view(-1)[7] = std::nextafter(7.0f, 8.0f);
+  EXPECT_NE(d, tensors_digest({{"a", flipped}, {"b", b}}));
+  EXPECT_NE(d, tensors_digest({{"a", a.reshape({4, 3})}, {"b", b}}));
+  EXPECT_NE(d, tensors_digest({{"a", a}, {"b", b.to(at::kHalf)}}));
+  EXPECT_NE(d, tensors_digest({{"a", a}, {"c", b}}));
+  EXPECT_EQ(d, tensors_digest({{"a", a.t().contiguous().t()}, {"b", b}}));
+}
+
+TEST(KvCache, AllocatesBlocksAndSlots) {
+  KvCache cache(2, 4, 3, 1, 2, at::kFloat);
+  auto blocks = cache.allocate(7);  // 3 blocks
+  ASSERT_TRUE(blocks);
+  EXPECT_EQ(blocks->size(), 3u);
+  EXPECT_EQ(cache.num_free_blocks(), 1);
+  EXPECT_FALSE(cache.allocate(4));
+  auto slots = cache.slots_for(*blocks, 7);
+  for (int64_t p = 0; p < 7; ++p) {
+    EXPECT_EQ(slots[p].item<int64_t>(), (*blocks)[p / 3] * 3 + p % 3);
+  }
+  cache.free(*blocks);
+  EXPECT_EQ(cache.num_free_blocks(), 4);
+  cache.release();
+  EXPECT_TRUE(cache.released());
+  cache.rebuild();
+  EXPECT_EQ(cache.k(1).size(0), 12);
+}
+
+TEST(Sampler, CandidatesApplyTopKTopPMinP) {
+  auto logits = at::log(at::tensor({0.1, 0.4, 0.2, 0.3}, at::kDouble)).to(at::kFloat);
+  SamplingParams p;
+  auto all = sampling_candidates(logits, p);
+  EXPECT_EQ(all.ids.size(), 4u);
+  p.top_k = 2;
+  auto k2 = sampling_candidates(logits, p);
+  EXPECT_EQ(k2.ids, (std::vector<int64_t>{1, 3}));
+  EXPECT_NEAR(k2.probs[0], 4.0 / 7.0, 1e-6);
+  p.top_k = -1;
+  p.top_p = 0.65;  // 0.4 + 0.3 reaches it
+  EXPECT_EQ(sampling_candidates(logits, p).ids, (std::vector<int64_t>{1, 3}));
+  p.top_p = 1.0;
+  p.min_p = 0.6;  // keeps p >= 0.24
+  EXPECT_EQ(sampling_candidates(logits, p).ids, (std::vector<int64_t>{1, 3}));
+  p.min_p = 0;
+  p.temperature = 0;
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(sample_token(logits, p, rng), 1);
+}
+
+}  // namespace
+}  // namespace furlong::engine
