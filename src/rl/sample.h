@@ -27,6 +27,10 @@ struct Sample {
   bool remove = false;  // excluded from the loss (mask treated as zeros)
   std::string label;
   Json metadata = Json::object();
+  // Rollout side (miles' Sample.prompt / .response): the prompt as the dataset gave it (a
+  // templated string or a message list) and the decoded response text that rewards grade.
+  Json prompt;
+  std::string response;
 
   int64_t prompt_length() const { return static_cast<int64_t>(tokens.size()) - response_length; }
   // Sum of the loss mask (the per-sample loss denominator, at least 1 when used).
