@@ -1,7 +1,9 @@
-// furlong train: the training job. Today: supervised fine-tuning (--loss-type sft_loss) with the
-// FSDP backend; every rank runs this (torchrun --no-python or furlong launch).
+// furlong train: the training job: the RL loop (--loss-type policy_loss, the default) or
+// supervised fine-tuning (--loss-type sft_loss), with the FSDP backend; every rank runs this
+// (torchrun --no-python or furlong launch).
 #include "app/common.h"
 #include "core/log.h"
+#include "train/rl_trainer.h"
 #include "train/sft_trainer.h"
 
 namespace furlong::app {
@@ -15,9 +17,7 @@ int run_train(const std::vector<std::string>& args) {
   if (!flags.parse(args)) return 0;
   apply_runtime_options({.num_threads = o.logging.num_threads});
   if (o.batch.loss_type == "sft") o.batch.loss_type = "sft_loss";
-  FURLONG_CHECK(o.batch.loss_type == "sft_loss", "--loss-type ", o.batch.loss_type,
-                ": the RL loop (policy_loss) is not part of this build yet; use --loss-type "
-                "sft_loss for supervised fine-tuning");
+  if (o.batch.loss_type == "policy_loss") return train::run_rl(o);
   return train::run_sft(o);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/flags.h"
+#include "engine/engine.h"
 #include "train/options.h"
 
 namespace furlong::app {
@@ -56,6 +57,35 @@ struct ExportHfOptions {
   std::string dtype;  // "" = the model's checkpoint dtype
 };
 
+struct ServeOptions {
+  std::string hf_checkpoint;
+  std::string served_model_name;
+  engine::EngineOptions engine;
+  std::string host = "127.0.0.1";
+  int64_t port = 30000;
+  std::string api_key;
+  int64_t max_concurrent_requests = 256;
+};
+
+// `furlong generate`: batched generation of JSONL prompts through the rollout engine.
+struct GenerateOptions {
+  std::string hf_checkpoint;
+  std::string input;
+  std::string output;
+  double temperature = 1.0;  // 0 = greedy
+  double top_p = 1.0;
+  int64_t top_k = -1;
+  double min_p = 0.0;
+  int64_t max_new_tokens = 128;
+  int64_t seed = 0;  // sample j of prompt i draws with a seed derived from (seed, i, j)
+  bool ignore_eos = false;
+  int64_t n_samples = 1;
+  std::vector<int64_t> stop_token_ids;
+  std::vector<std::string> stop;
+  bool add_special_tokens = false;  // for {"text"} rows
+  engine::EngineOptions engine;
+};
+
 struct LaunchFlags {
   int64_t nproc_per_node = 1;
   std::string master_addr = "127.0.0.1";
@@ -68,6 +98,11 @@ void register_flags(config::FlagSet& flags, LaunchFlags& options);
 void register_flags(config::FlagSet& flags, ScoreOptions& options);
 void register_flags(config::FlagSet& flags, TokenizeOptions& options);
 void register_flags(config::FlagSet& flags, InitModelOptions& options);
+void register_flags(config::FlagSet& flags, ServeOptions& options);
+void register_flags(config::FlagSet& flags, GenerateOptions& options);
+// The rollout engine's options as flags (group "Engine"): dtype, device, attention, KV cache,
+// batching, threads. Shared by every command that runs an engine.
+void add_engine_flags(config::FlagSet& flags, engine::EngineOptions& options);
 
 int run_score(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
@@ -75,6 +110,8 @@ int run_init_model(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_launch(const std::vector<std::string>& args);
 int run_export_hf(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);
+int run_generate(const std::vector<std::string>& args);
 
 struct Command {
   std::string name;

@@ -82,8 +82,9 @@ void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOpti
   f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu, "token budget of a dynamic micro-batch");
   f.add("calculate-per-token-loss", &b.calculate_per_token_loss,
         "sum the loss over tokens instead of averaging per sample");
-  f.add("loss-type", &b.loss_type, "sft_loss (alias sft) for supervised fine-tuning").choices = {
-      "sft_loss", "sft", "policy_loss"};
+  f.add("loss-type", &b.loss_type,
+        "policy_loss (RL) or sft_loss (alias sft: supervised fine-tuning)")
+      .choices = {"sft_loss", "sft", "policy_loss"};
   f.add("rollout-batch-size", &d.rollout_batch_size,
         "prompts per rollout (SFT: samples per rollout; default: the global batch size)");
   f.add("n-samples-per-prompt", &d.n_samples_per_prompt, "samples generated per prompt");
@@ -107,6 +108,95 @@ void add_data_flags(config::FlagSet& f, train::DataOptions& d) {
   f.add("max-length", &d.max_length, "SFT: drop samples longer than this many tokens (0 = keep)");
 }
 
+void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
+  f.set_group("Rollout (generation)");
+  f.add("rollout-temperature", &r.rollout_temperature,
+        "sampling temperature (the trainer scores log-probs at the same temperature)");
+  f.add("rollout-top-p", &r.rollout_top_p, "nucleus sampling threshold (1 = off)");
+  f.add("rollout-top-k", &r.rollout_top_k, "top-k sampling (-1 = off)");
+  f.add("rollout-max-response-len", &r.rollout_max_response_len, "max new tokens per sample");
+  f.add("rollout-max-context-len", &r.rollout_max_context_len,
+        "cap prompt + response tokens (caps max new tokens per prompt)");
+  f.add("rollout-max-prompt-len", &r.rollout_max_prompt_len,
+        "drop prompts longer than this many tokens at load");
+  f.add("rollout-stop", &r.rollout_stop, "stop strings");
+  f.add("rollout-stop-token-ids", &r.rollout_stop_token_ids, "extra stop token ids");
+  f.add("rollout-skip-special-tokens", &r.rollout_skip_special_tokens,
+        "leave special tokens (e.g. eos) out of the response text that rewards grade");
+  f.add("over-sampling-batch-size", &r.over_sampling_batch_size,
+        "prompts pulled per refill with dynamic sampling (default: --rollout-batch-size)");
+  f.add("dynamic-sampling-filter-path", &r.dynamic_sampling_filter_path,
+        "drop finished groups: check_reward_nonzero_std (all-equal rewards) or "
+        "check_no_aborted (miles' dotted paths accepted)");
+  f.add("metadata-key", &r.metadata_key, "field holding per-prompt metadata");
+  f.add("check-weight-update-equal", &r.check_weight_update_equal,
+        "after each weight sync, check the engines hold the trainer's exact bits (digest)");
+  f.add("update-weight-buffer-size", &r.update_weight_buffer_size, "bytes per weight-sync bucket");
+  f.add("debug-exit-after-rollout", &r.debug_exit_after_rollout, "stop after N rollouts");
+  f.set_group("Rewards");
+  f.add("rm-type", &r.rm_type, "built-in reward: math, deepscaler, dapo, f1, exact_match");
+  f.add("rm-url", &r.rm_url, "remote reward server (POST JSON per sample)");
+  f.add("reward-key", &r.reward_key, "key to read when a reward is a dict");
+  f.add("rm-timeout-seconds", &r.rm_timeout_seconds, "timeout of one remote reward request");
+  f.add("rm-max-retries", &r.rm_max_retries, "retries of a failed remote reward request");
+  f.set_group("Layout");
+  f.add("colocate", &r.colocate,
+        "run the engine inside the training processes (sleep/wake between phases)");
+  f.add("rollout-num-engines", &r.rollout_num_engines,
+        "disaggregated: engine servers furlong starts (ignored with --rollout-engine-urls)");
+  f.add("rollout-engine-urls", &r.rollout_engine_urls,
+        "disaggregated: already running `furlong serve` engines (http://host:port)");
+  f.add("engine-max-total-tokens", &r.engine_max_total_tokens,
+        "KV-cache capacity of each engine in tokens");
+  f.add("engine-num-threads", &r.engine_num_threads,
+        "CPU threads of each engine server (0 = default)");
+  f.add("engine-exact-logprobs", &r.engine_exact_logprobs,
+        "rollout log-probs from the trainer's code path on the finished sequence (bit-identical "
+        "scoring; one extra prefill per sample), else from decoding");
+  f.add("engine-startup-timeout", &r.engine_startup_timeout,
+        "seconds an engine server may take to answer /health (a server furlong started fails "
+        "at once if its process exits)");
+}
+
+void add_eval_flags(config::FlagSet& f, train::EvalOptions& e) {
+  f.set_group("Eval");
+  f.add("eval-interval", &e.eval_interval, "evaluate every N rollouts");
+  f.add("eval-prompt-data", &e.eval_prompt_data, "eval JSONL: PATH, or NAME PATH [NAME PATH...]");
+  f.add("n-samples-per-eval-prompt", &e.n_samples_per_eval_prompt, "samples per eval prompt");
+  f.add("eval-temperature", &e.eval_temperature, "eval temperature (default: rollout's)");
+  f.add("eval-top-p", &e.eval_top_p, "eval top-p (default: rollout's)");
+  f.add("eval-top-k", &e.eval_top_k, "eval top-k (default: rollout's)");
+  f.add("eval-max-response-len", &e.eval_max_response_len,
+        "eval max new tokens (default: rollout's)");
+  f.add("skip-eval-before-train", &e.skip_eval_before_train, "no baseline eval at the start");
+}
+
+void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
+  f.set_group("Algorithm");
+  f.add("advantage-estimator", &a.advantage_estimator, "advantages from rewards").choices = {
+      "grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"};
+  f.add("disable-rewards-normalization", &a.disable_rewards_normalization,
+        "use raw rewards (no group mean/std normalization)");
+  f.add("disable-grpo-std-normalization", &a.disable_grpo_std_normalization,
+        "GRPO without dividing by the group std (Dr.GRPO)");
+  f.add("normalize-advantages", &a.normalize_advantages,
+        "whiten advantages over the batch (required by reinforce_plus_plus*)");
+  f.add("gamma", &a.gamma, "discount of reinforce_plus_plus returns");
+  f.add("eps-clip", &a.eps_clip, "PPO clip range (lower)");
+  f.add("eps-clip-high", &a.eps_clip_high, "PPO clip range (upper; default --eps-clip)");
+  f.add("eps-clip-c", &a.eps_clip_c, "dual-clip constant (> 1) for negative advantages");
+  f.add("use-kl-loss", &a.use_kl_loss, "add a KL loss to the reference model");
+  f.add("kl-loss-coef", &a.kl_loss_coef, "weight of the KL loss (0 = monitor only)");
+  f.add("kl-loss-type", &a.kl_loss_type, "KL estimator").choices = {"k1", "k2", "k3", "low_var_kl"};
+  f.add("kl-coef", &a.kl_coef, "reward-level KL coefficient (reinforce_plus_plus*)");
+  f.add("entropy-coef", &a.entropy_coef, "entropy bonus coefficient");
+  f.add("use-rollout-logprobs", &a.use_rollout_logprobs,
+        "use the engine's log-probs as the old policy instead of a trainer pass");
+  f.add("use-tis", &a.use_tis, "truncated importance sampling (rollout vs trainer log-probs)");
+  f.add("tis-clip", &a.tis_clip, "upper clip of the TIS weight");
+  f.add("tis-clip-low", &a.tis_clip_low, "lower clip of the TIS weight");
+}
+
 void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
                           train::LoggingOptions& l) {
   f.set_group("Checkpoints and logging");
@@ -119,6 +209,8 @@ void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
   f.add("load-optim", &c.load_optim, "restore the optimizer state on resume");
   f.add("load-rng", &c.load_rng, "restore the random number generators on resume");
   f.add("metrics-file", &l.metrics_file, "append per-step metrics to this JSONL file");
+  f.add("tensorboard-dir", &l.tensorboard_dir, "write TensorBoard event files here");
+  f.add("report", &l.report, "RL: write a self-contained HTML report of the run here");
   f.add("num-threads", &l.num_threads, "CPU threads per rank (0 = libtorch default)");
 }
 
@@ -130,6 +222,9 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_optimizer_flags(f, o.optimizer);
   add_batch_flags(f, o.batch, o.data);
   add_data_flags(f, o.data);
+  add_rollout_flags(f, o.rollout);
+  add_eval_flags(f, o.eval);
+  add_algorithm_flags(f, o.algorithm);
   add_checkpoint_flags(f, o.checkpoint, o.logging);
 }
 

@@ -35,7 +35,8 @@ const std::vector<Command>& commands() {
          static InitModelOptions o;
          register_flags(f, o);
        }},
-      {"train", "train a HF model (SFT today) with the FSDP backend, on every rank", run_train,
+      {"train", "RL (GRPO and relatives) or SFT of a HF model with the FSDP backend, on every rank",
+       run_train,
        [](config::FlagSet& f) {
          static train::TrainOptions o;
          register_flags(f, o);
@@ -48,6 +49,17 @@ const std::vector<Command>& commands() {
       {"export-hf", "write a HF model directory from a training checkpoint", run_export_hf,
        [](config::FlagSet& f) {
          static ExportHfOptions o;
+         register_flags(f, o);
+       }},
+      {"serve", "serve a HF model over HTTP (SGLang's endpoints, OpenAI completions)", run_serve,
+       [](config::FlagSet& f) {
+         static ServeOptions o;
+         register_flags(f, o);
+       }},
+      {"generate", "batched generation of JSONL prompts with the rollout engine (+ log-probs)",
+       run_generate,
+       [](config::FlagSet& f) {
+         static GenerateOptions o;
          register_flags(f, o);
        }},
       {"cli-reference", "print the markdown CLI reference (docs/cli.md)",

@@ -93,24 +93,6 @@ int available_cores() {
   return std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-// A port the kernel considers free right now (bound and released; a small race is accepted).
-int pick_free_port(const std::string& addr) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  FURLONG_CHECK(fd >= 0, "launch: cannot open a socket to pick a port: ", std::strerror(errno));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = 0;
-  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = INADDR_ANY;
-  socklen_t len = sizeof(sa);
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
-  int err = errno;
-  ::close(fd);
-  FURLONG_CHECK(ok, "launch: cannot pick a free port on ", addr, ": ", std::strerror(err),
-                "; pass --master-port");
-  return ntohs(sa.sin_port);
-}
-
 bool replaced_variable(const std::string& entry) {
   static const std::vector<std::string> kOurs = {
       "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="};
@@ -401,6 +383,23 @@ int Launch::run() {
 }
 
 }  // namespace
+
+int pick_free_port(const std::string& addr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  FURLONG_CHECK(fd >= 0, "launch: cannot open a socket to pick a port: ", std::strerror(errno));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = INADDR_ANY;
+  socklen_t len = sizeof(sa);
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  int err = errno;
+  ::close(fd);
+  FURLONG_CHECK(ok, "launch: cannot pick a free port on ", addr, ": ", std::strerror(err),
+                "; pass --master-port");
+  return ntohs(sa.sin_port);
+}
 
 int launch(const LaunchOptions& options) {
   FURLONG_CHECK(options.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1 (got ",

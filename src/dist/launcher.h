@@ -33,4 +33,8 @@ struct LaunchOptions {
 // succeed. One launch at a time per process; furlong::Error for invalid options.
 int launch(const LaunchOptions& options);
 
+// A TCP port the kernel considers free right now on `addr` (bound and released; a small race
+// is accepted).
+int pick_free_port(const std::string& addr);
+
 }  // namespace furlong::dist

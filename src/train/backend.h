@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_util.h"
 #include "rl/sample.h"
 #include "train/options.h"
 
@@ -41,7 +42,10 @@ class TrainBackend {
                                          const std::vector<rl::Sample>& samples) = 0;
   // Streams the current weights to `sink` (collective; only rank 0's sink is called).
   virtual void update_weights(const WeightSink& sink) = 0;
-  virtual void save_model(int64_t rollout_id) = 0;
+  // Saves a checkpoint after `rollout_id`; `driver_state` (the loop's data position, ...) is
+  // stored with it and handed back by loaded_driver_state() after init() resumes from it.
+  virtual void save_model(int64_t rollout_id, const Json& driver_state) = 0;
+  virtual Json loaded_driver_state() const = 0;
   virtual void sleep() = 0;
   virtual void wake_up() = 0;
 };

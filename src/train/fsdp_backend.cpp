@@ -83,6 +83,7 @@ int64_t FsdpBackend::init() {
   if (loaded) {
     start_rollout = loaded->next_rollout_id;
     global_step_ = loaded->global_step;
+    loaded_driver_state_ = loaded->extra;
   } else {
     auto t0 = std::chrono::steady_clock::now();
     model_->load_hf(io::HfWeights::open(hf));
@@ -91,6 +92,9 @@ int64_t FsdpBackend::init() {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
              " s; sharded over ", mesh_->shard_size(), " rank(s), replicated ",
              mesh_->replicate_size(), "x");
+  }
+  if (policy_loss_mode() && (options_.algorithm.use_kl_loss || options_.algorithm.kl_coef != 0.0)) {
+    load_reference_model();
   }
   return start_rollout;
 }
@@ -118,34 +122,43 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
   };
   auto plan = plan_batches(lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
                            all_reduce_max);
+  std::map<std::string, double> rollout_metrics;
+  if (policy_loss_mode()) rollout_metrics = prepare_policy_data(local, plan);
   std::vector<StepMetrics> metrics;
   for (const auto& step : plan) {
     metrics.push_back(train_step(local, step));
     metrics.back().values["rollout_id"] = static_cast<double>(rollout_id);
   }
+  if (!metrics.empty()) {
+    for (const auto& [k, v] : rollout_metrics) metrics.front().values[k] = v;
+  }
+  policy_ = {};
   return metrics;
 }
 
-void FsdpBackend::train_micro_batch(const MicroBatch& mb, std::map<std::string, double>& sums) {
+void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items,
+                                    double step_tokens, std::map<std::string, double>& sums) {
   auto out = model_->forward(mb.batch, forward_options());
+  const bool per_token = options_.batch.calculate_per_token_loss;
   at::Tensor scaled;
   if (mb.rows_R.numel() == 0) {
     // An empty micro-batch still runs forward and backward so the collectives line up.
     scaled = out.hidden_TD.sum() * 0.0 + out.head_VD.sum() * 0.0;
   } else {
     auto device = out.hidden_TD.device();
-    auto lp = models::token_logprobs(out.hidden_TD.index_select(0, mb.rows_R.to(device)),
-                                     out.head_VD, mb.targets_R.to(device), {.with_entropy = false});
-    const bool per_token = options_.batch.calculate_per_token_loss;
-    auto loss = sft_loss(mb, lp, per_token);
+    const bool rl = policy_loss_mode();
+    auto lp = models::token_logprobs(
+        out.hidden_TD.index_select(0, mb.rows_R.to(device)), out.head_VD, mb.targets_R.to(device),
+        {.temperature = rl ? options_.rollout.rollout_temperature : 1.0, .with_entropy = rl});
+    auto loss = rl ? policy_loss(mb, items, lp) : sft_loss(mb, lp, per_token);
     for (const auto& [k, v] : loss.metrics) sums[k] += v;
-    // FSDP averages gradients over the W ranks; scaling by W / GBS makes the step's gradient
-    // that of (1 / GBS) * sum over the step's samples of their per-sample loss (miles).
-    scaled = per_token ? loss.loss
-                       : loss.loss * (static_cast<double>(mesh_->world_size()) /
-                                      static_cast<double>(options_.derived.global_batch_size));
+    // FSDP averages gradients over the W ranks. Per sample: scaling by W / GBS makes the step's
+    // gradient that of (1 / GBS) * sum over the step's samples of their per-sample mean loss
+    // (miles). Per token: W / (masked tokens of the step) gives the token mean of the step.
+    const double denominator = per_token ? std::max(step_tokens, 1.0)
+                                         : static_cast<double>(options_.derived.global_batch_size);
+    scaled = loss.loss * (static_cast<double>(mesh_->world_size()) / denominator);
   }
-  const bool per_token = options_.batch.calculate_per_token_loss;
   double count = 0;
   for (size_t i = 0; i < mb.mask_sums.size(); ++i) count += per_token ? mb.mask_sums[i] : 1.0;
   sums["count"] += count;
@@ -159,13 +172,22 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   optimizer_->zero_grad();
   std::map<std::string, double> sums{{"count", 0.0}, {"loss", 0.0}};
   int64_t tokens = 0;
+  double step_tokens = 0;
+  for (const auto& items : micro_batches) {
+    for (size_t i : items) step_tokens += local[i]->remove ? 0.0 : local[i]->mask_sum();
+  }
+  if (options_.batch.calculate_per_token_loss) {
+    auto t = at::tensor({step_tokens}, at::kDouble);
+    mesh_->dp().all_reduce_sum(t);
+    step_tokens = t.item<double>();
+  }
   for (const auto& items : micro_batches) {
     std::vector<const rl::Sample*> samples;
     for (size_t i : items) {
       samples.push_back(local[i]);
       tokens += static_cast<int64_t>(local[i]->tokens.size());
     }
-    train_micro_batch(pack_micro_batch(samples), sums);
+    train_micro_batch(pack_micro_batch(samples), items, step_tokens, sums);
   }
   auto& shard_group = mesh_->dp_shard();
   double grad_norm =
@@ -213,9 +235,9 @@ void FsdpBackend::update_weights(const WeightSink& sink) {
   if (root && sink) sink(bucket);
 }
 
-void FsdpBackend::save_model(int64_t rollout_id) {
+void FsdpBackend::save_model(int64_t rollout_id, const Json& driver_state) {
   FURLONG_CHECK(options_.checkpoint.save, "save_model needs --save");
-  save_checkpoint(*options_.checkpoint.save, rollout_id, *this, options_.checkpoint);
+  save_checkpoint(*options_.checkpoint.save, rollout_id, *this, options_.checkpoint, driver_state);
 }
 
 void FsdpBackend::sleep() {

@@ -65,7 +65,7 @@ struct BatchOptions {
 
 struct DataOptions {
   std::string prompt_data;
-  std::string input_key = "prompt";
+  std::string input_key = "input";  // miles' default
   std::string response_key = "response";
   std::string label_key = "label";
   bool apply_chat_template = false;
@@ -80,6 +80,73 @@ struct DataOptions {
   int64_t max_length = 0;
 };
 
+// Generation of rollouts (the engine side of the loop) and their rewards.
+struct RolloutOptions {
+  double rollout_temperature = 1.0;
+  double rollout_top_p = 1.0;
+  int64_t rollout_top_k = -1;
+  int64_t rollout_max_response_len = 1024;
+  std::optional<int64_t> rollout_max_context_len;
+  std::optional<int64_t> rollout_max_prompt_len;
+  std::vector<std::string> rollout_stop;
+  std::vector<int64_t> rollout_stop_token_ids;
+  bool rollout_skip_special_tokens = false;  // drop special tokens from the graded text
+  std::optional<int64_t> over_sampling_batch_size;
+  std::string dynamic_sampling_filter_path;  // "" | check_reward_nonzero_std | check_no_aborted
+  std::string metadata_key = "metadata";
+  std::string rm_type;                // built-in reward (math, deepscaler, dapo, f1, ...)
+  std::optional<std::string> rm_url;  // remote reward server
+  std::optional<std::string> reward_key;
+  double rm_timeout_seconds = 30.0;
+  int64_t rm_max_retries = 3;
+  // Layout: colocated (an engine inside each training process) or disaggregated (engine
+  // servers, started by furlong or given by URL, weights broadcast over a process group).
+  bool colocate = false;
+  int64_t rollout_num_engines = 1;
+  std::vector<std::string> rollout_engine_urls;
+  int64_t engine_max_total_tokens = 65536;
+  int64_t engine_num_threads = 0;
+  double engine_startup_timeout = 300.0;
+  // Engines re-score each finished sample with the trainer's code path (rollout log-probs
+  // bit-identical to the trainer's scoring of that sequence); off: decode-time log-probs.
+  bool engine_exact_logprobs = true;  // seconds an engine server may take to become healthy
+  bool check_weight_update_equal = false;
+  int64_t update_weight_buffer_size = int64_t{512} << 20;
+  std::optional<int64_t> debug_exit_after_rollout;
+};
+
+struct EvalOptions {
+  std::optional<int64_t> eval_interval;
+  std::vector<std::string> eval_prompt_data;  // path, or name path [name path ...]
+  int64_t n_samples_per_eval_prompt = 1;
+  std::optional<double> eval_temperature;
+  std::optional<double> eval_top_p;
+  std::optional<int64_t> eval_top_k;
+  std::optional<int64_t> eval_max_response_len;
+  bool skip_eval_before_train = false;
+};
+
+// The RL objective (miles' algorithm flags).
+struct AlgorithmOptions {
+  std::string advantage_estimator = "grpo";
+  bool disable_rewards_normalization = false;
+  bool disable_grpo_std_normalization = false;
+  bool normalize_advantages = false;
+  double gamma = 1.0;
+  double eps_clip = 0.2;
+  std::optional<double> eps_clip_high;
+  std::optional<double> eps_clip_c;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.0;
+  std::string kl_loss_type = "k1";
+  double kl_coef = 0.0;
+  double entropy_coef = 0.0;
+  bool use_rollout_logprobs = false;
+  bool use_tis = false;
+  double tis_clip = 2.0;
+  double tis_clip_low = 0.0;
+};
+
 struct CheckpointOptions {
   std::optional<std::string> save;
   std::optional<int64_t> save_interval;
@@ -92,6 +159,8 @@ struct CheckpointOptions {
 
 struct LoggingOptions {
   std::optional<std::string> metrics_file;  // JSONL of per-step metrics
+  std::optional<std::string> tensorboard_dir;
+  std::optional<std::string> report;  // HTML report written at the end (RL)
   int64_t num_threads = 0;
 };
 
@@ -110,6 +179,9 @@ struct TrainOptions {
   OptimizerOptions optimizer;
   BatchOptions batch;
   DataOptions data;
+  RolloutOptions rollout;
+  EvalOptions eval;
+  AlgorithmOptions algorithm;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
 };

@@ -138,7 +138,7 @@ int run_sft(TrainOptions o) {
       }
     }
     if (save_due(o, rollout, groups->world())) {
-      backend->save_model(rollout);
+      backend->save_model(rollout, Json::object());
       if (root && o.checkpoint.save_trigger_sentinel) {
         std::filesystem::remove(*o.checkpoint.save_trigger_sentinel);
       }

@@ -113,8 +113,10 @@ TEST(TrainCli, RejectsBadConfigurationBeforeBuildingAnything) {
       << r.output;
   r = furlong::testing::run_command(base + " --lr-decay-style cosin");
   EXPECT_NE(r.output.find("invalid choice 'cosin'"), std::string::npos) << r.output;
-  r = furlong::testing::run_command(base + " --loss-type policy_loss");
-  EXPECT_NE(r.output.find("--loss-type policy_loss"), std::string::npos) << r.output;
+  // RL (policy_loss) without a reward is refused before any model is built.
+  r = furlong::testing::run_command(base + " --loss-type policy_loss --rollout-batch-size 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("RL needs a reward: set --rm-type"), std::string::npos) << r.output;
 }
 
 TEST(TrainCli, RunsUnderTorchrunNoPython) {

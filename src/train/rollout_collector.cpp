@@ -1,0 +1,310 @@
+#include "train/rollout_collector.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "rl/advantages.h"
+#include "rollout/dynamic_filter.h"
+#include "tokenizer/tokenizer.h"
+
+namespace furlong::train {
+namespace {
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// rollout/response_len/* and the truncated ratio over `samples`.
+void add_length_metrics(const std::vector<const rl::Sample*>& samples, const std::string& prefix,
+                        std::map<std::string, double>& m) {
+  std::vector<double> lengths;
+  double truncated = 0;
+  for (const auto* s : samples) {
+    lengths.push_back(s->mask_sum());
+    truncated += s->status == rl::SampleStatus::kTruncated ? 1.0 : 0.0;
+  }
+  if (lengths.empty()) return;
+  double sum = 0;
+  for (double l : lengths) sum += l;
+  m[prefix + "response_len/mean"] = sum / static_cast<double>(lengths.size());
+  m[prefix + "response_len/median"] = median(lengths);
+  m[prefix + "response_len/max"] = *std::max_element(lengths.begin(), lengths.end());
+  m[prefix + "response_len/min"] = *std::min_element(lengths.begin(), lengths.end());
+  m[prefix + "truncated_ratio"] = truncated / static_cast<double>(lengths.size());
+}
+
+double binomial_ratio(int64_t n, int64_t c, int64_t k) {
+  // C(n - c, k) / C(n, k) = prod_{i=0}^{k-1} (n - c - i) / (n - i)
+  if (n - c < k) return 0.0;
+  double r = 1.0;
+  for (int64_t i = 0; i < k; ++i) r *= static_cast<double>(n - c - i) / static_cast<double>(n - i);
+  return r;
+}
+
+}  // namespace
+
+std::map<int64_t, double> pass_at_k(const std::vector<std::vector<double>>& group_rewards) {
+  std::map<int64_t, double> out;
+  if (group_rewards.empty()) return out;
+  const auto n = static_cast<int64_t>(group_rewards.front().size());
+  for (int64_t k = 1; k <= n; k *= 2) {
+    double sum = 0;
+    for (const auto& g : group_rewards) {
+      int64_t c = 0;
+      for (double r : g) c += r == 1.0 ? 1 : 0;
+      sum += 1.0 - binomial_ratio(static_cast<int64_t>(g.size()), c, k);
+    }
+    out[k] = sum / static_cast<double>(group_rewards.size());
+  }
+  return out;
+}
+
+RolloutCollector::RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
+                                   rollout::RolloutDataSource& source,
+                                   const tokenizer::Tokenizer& tokenizer, RewardFn reward)
+    : options_(options),
+      engines_(engines),
+      source_(source),
+      tokenizer_(tokenizer),
+      reward_(std::move(reward)) {}
+
+std::string RolloutCollector::decode_text(const std::vector<int64_t>& ids) const {
+  return tokenizer_.decode(ids, options_.rollout.rollout_skip_special_tokens);
+}
+
+engine::SamplingParams RolloutCollector::sampling_params(bool eval) const {
+  const auto& r = options_.rollout;
+  const auto& e = options_.eval;
+  engine::SamplingParams p;
+  p.temperature = eval ? e.eval_temperature.value_or(r.rollout_temperature) : r.rollout_temperature;
+  p.top_p = eval ? e.eval_top_p.value_or(r.rollout_top_p) : r.rollout_top_p;
+  p.top_k = eval ? e.eval_top_k.value_or(r.rollout_top_k) : r.rollout_top_k;
+  p.max_new_tokens = eval ? e.eval_max_response_len.value_or(r.rollout_max_response_len)
+                          : r.rollout_max_response_len;
+  p.stop = r.rollout_stop;
+  p.stop_token_ids = r.rollout_stop_token_ids;
+  return p;
+}
+
+void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> groups,
+                                       const engine::SamplingParams& params,
+                                       const GroupConsumer& consume) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int64_t> remaining(groups.size());
+  std::deque<size_t> finished;
+  int64_t outstanding = 0, total_samples = 0;
+  std::string callback_error;
+  for (const auto& g : groups) total_samples += static_cast<int64_t>(g.size());
+  ProgressBar bar("generate", total_samples, "samples");
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    remaining[gi] = static_cast<int64_t>(groups[gi].size());
+    for (auto& sample : groups[gi]) {
+      const int64_t budget = rollout::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()),
+                                                         0, params.max_new_tokens,
+                                                         options_.rollout.rollout_max_context_len);
+      if (budget <= 0) {  // no token budget: truncated without a request (miles)
+        rollout::mark_no_budget(sample);
+        std::lock_guard<std::mutex> lock(mu);
+        if (--remaining[gi] == 0) finished.push_back(gi);
+        continue;
+      }
+      engine::GenerateRequest request{.input_ids = sample.tokens, .sampling = params};
+      request.sampling.max_new_tokens = budget;
+      // Per-sample seed from the run seed and the sample's running index: the same sample gets
+      // the same tokens in a rerun, whatever else shares the engine's batch.
+      // (63 bits: servers take the seed as a non-negative JSON integer.)
+      request.sampling.seed = mix_seed(static_cast<uint64_t>(options_.data.rollout_seed),
+                                       static_cast<uint64_t>(sample.index)) >>
+                              1;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++outstanding;
+      }
+      rl::Sample* target = &sample;
+      engines_.submit(std::move(request), [&, gi, budget, target](engine::GenerateOutput out) {
+        // Runs on an engine thread: failures are recorded and raised on the driver thread.
+        std::lock_guard<std::mutex> lock(mu);
+        try {
+          rollout::GeneratedResponse response{
+              .token_ids = out.output_ids,
+              .log_probs = out.output_logprobs,
+              .finish_reason = engine::finish_reason_name(out.finish_reason),
+              .text = decode_text(out.output_ids)};
+          rollout::append_response(*target, response, budget);
+          target->metadata["weight_version"] = out.weight_version;
+        } catch (const std::exception& e) {
+          if (callback_error.empty()) callback_error = e.what();
+        }
+        --outstanding;
+        if (--remaining[gi] == 0) finished.push_back(gi);
+        cv.notify_all();
+      });
+    }
+  }
+  bool stopped = false;
+  while (true) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !finished.empty() || outstanding == 0; });
+    if (finished.empty()) break;  // nothing finished and nothing outstanding
+    const size_t gi = finished.front();
+    finished.pop_front();
+    lock.unlock();
+    bar.advance(static_cast<int64_t>(groups[gi].size()));
+    if (stopped) continue;  // aborted leftovers after the consumer had enough
+    if (consume(std::move(groups[gi]))) {
+      stopped = true;
+      engines_.abort_all();
+    }
+  }
+  bar.finish();
+  engines_.rethrow_errors();
+  FURLONG_CHECK(callback_error.empty(), "rollout: ", callback_error);
+}
+
+RolloutResult RolloutCollector::collect(int64_t rollout_id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t target = *options_.data.rollout_batch_size;
+  const int64_t per_refill =
+      std::max(target, options_.rollout.over_sampling_batch_size.value_or(target));
+  rollout::GroupCollector collector(
+      target, options_.data.n_samples_per_prompt,
+      rollout::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
+  std::map<std::string, double> metrics;
+  int64_t generated_groups = 0, zero_std_groups = 0;
+  const auto params = sampling_params(/*eval=*/false);
+  while (!collector.done()) {
+    generate_groups(source_.next_groups(per_refill), params, [&](std::vector<rl::Sample>&& group) {
+      ++generated_groups;
+      std::vector<rl::Sample*> ptrs;
+      for (auto& s : group) ptrs.push_back(&s);
+      reward_(ptrs);
+      if (group.size() > 1 && !(rollout::group_reward_std(group) > 1e-8)) {
+        ++zero_std_groups;
+        metrics["rollout/zero_std/count_" +
+                rollout::zero_std_reason(group.front().raw_reward).substr(9)] += 1;
+      }
+      collector.offer(std::move(group));
+      return collector.done();
+    });
+    FURLONG_CHECK(collector.done() || generated_groups < 100 * target + 1000,
+                  "dynamic sampling kept only ", collector.num_kept(), " of ", target,
+                  " groups after ", generated_groups,
+                  " generated: the filter rejects almost everything (check the rewards)");
+  }
+  for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
+  auto kept = collector.take_kept();
+  RolloutResult result;
+  std::vector<double> raw;
+  std::vector<int64_t> group_index;
+  for (auto& g : kept) {
+    for (auto& s : g) {
+      raw.push_back(s.raw_reward);
+      group_index.push_back(s.group_index);
+      result.samples.push_back(std::move(s));
+    }
+  }
+  const auto& a = options_.algorithm;
+  rl::RewardNormOptions norm{.estimator = rl::parse_advantage_estimator(a.advantage_estimator),
+                             .rewards_normalization = !a.disable_rewards_normalization,
+                             .grpo_std_normalization = !a.disable_grpo_std_normalization,
+                             .n_samples_per_prompt = options_.data.n_samples_per_prompt};
+  auto rewards = rl::normalize_group_rewards(raw, group_index, {}, norm);
+  for (size_t i = 0; i < rewards.size(); ++i) result.samples[i].reward = rewards[i];
+
+  // Rollout-side metrics (miles' names).
+  std::vector<const rl::Sample*> all;
+  double raw_sum = 0, tokens = 0, reward_failures = 0;
+  for (const auto& s : result.samples) {
+    all.push_back(&s);
+    reward_failures += s.metadata.contains("reward_error") ? 1.0 : 0.0;
+    raw_sum += s.raw_reward;
+    tokens += static_cast<double>(s.response_length);
+  }
+  add_length_metrics(all, "rollout/", metrics);
+  metrics["rollout/reward_failures"] = reward_failures;
+  FURLONG_CHECK(all.empty() || reward_failures < 0.5 * static_cast<double>(all.size()),
+                "the reward server failed for ", reward_failures, " of ", all.size(),
+                " samples of this rollout (after retries); see the errors above");
+  metrics["rollout/raw_reward"] = raw_sum / std::max<double>(1.0, static_cast<double>(all.size()));
+  metrics["rollout/zero_std/ratio"] =
+      static_cast<double>(zero_std_groups) / std::max<double>(1.0, generated_groups);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics["perf/rollout_time"] = seconds;
+  metrics["perf/tokens_per_gpu_per_sec"] = tokens / std::max(seconds, 1e-9);
+  metrics["rollout/generated_groups"] = static_cast<double>(generated_groups);
+  std::vector<std::vector<double>> group_raw;
+  for (const auto& g : kept) {
+    group_raw.emplace_back();
+    for (const auto& s : g) group_raw.back().push_back(s.raw_reward);
+  }
+  for (const auto& [k, v] : pass_at_k(group_raw)) {
+    metrics["passrate/pass@" + std::to_string(k)] = v;
+  }
+  (void)rollout_id;
+  result.metrics = std::move(metrics);
+  return result;
+}
+
+std::map<std::string, double> RolloutCollector::evaluate(const std::vector<EvalSet>& sets) {
+  std::map<std::string, double> metrics;
+  const auto params = sampling_params(/*eval=*/true);
+  const int64_t n = options_.eval.n_samples_per_eval_prompt;
+  for (const auto& set : sets) {
+    std::vector<std::vector<rl::Sample>> groups;
+    int64_t index = 0;
+    for (int64_t row = 0; row < set.dataset->size(); ++row) {
+      groups.push_back(rollout::make_group(set.dataset->at(row), n, row, index));
+      index += n;
+    }
+    std::vector<std::vector<rl::Sample>> done;
+    generate_groups(std::move(groups), params, [&](std::vector<rl::Sample>&& group) {
+      std::vector<rl::Sample*> ptrs;
+      for (auto& s : group) ptrs.push_back(&s);
+      reward_(ptrs);
+      done.push_back(std::move(group));
+      return false;
+    });
+    std::vector<const rl::Sample*> all;
+    std::vector<std::vector<double>> group_raw;
+    double sum = 0;
+    for (const auto& g : done) {
+      group_raw.emplace_back();
+      for (const auto& s : g) {
+        all.push_back(&s);
+        sum += s.raw_reward;
+        group_raw.back().push_back(s.raw_reward);
+      }
+    }
+    const std::string p = "eval/" + set.name;
+    metrics[p] = sum / std::max<double>(1.0, static_cast<double>(all.size()));
+    std::map<std::string, double> lengths;
+    add_length_metrics(all, p + "/", lengths);
+    for (const auto& [k, v] : lengths) {
+      metrics[k == p + "/truncated_ratio" ? p + "-truncated_ratio" : k] = v;
+    }
+    for (const auto& [k, v] : pass_at_k(group_raw)) metrics[p + "-pass@" + std::to_string(k)] = v;
+  }
+  return metrics;
+}
+
+}  // namespace furlong::train

@@ -1,0 +1,72 @@
+// One rollout's training data (miles' generate_rollout, spec 2.4-2.5 and 6.1), on rank 0:
+// pull prompt groups from the data source, generate n samples per prompt on the engines, grade
+// them, keep groups that pass the dynamic-sampling filter until --rollout-batch-size groups are
+// kept (over-sampling --over-sampling-batch-size groups per refill, aborting what is still in
+// flight once the target is reached), normalize rewards per group, and report rollout/*
+// metrics. Also the eval pass (mean reward and pass@k per eval dataset).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rl/sample.h"
+#include "rollout/prompt_dataset.h"
+#include "rollout/sample_builder.h"
+#include "train/options.h"
+#include "train/rollout_engines.h"
+
+namespace furlong::tokenizer {
+class Tokenizer;
+}
+
+namespace furlong::train {
+
+// Grades samples (their response text, label and metadata): fills raw_reward of each.
+using RewardFn = std::function<void(std::vector<rl::Sample*>& samples)>;
+
+struct RolloutResult {
+  std::vector<rl::Sample> samples;  // kept groups, in group order; rewards normalized
+  std::map<std::string, double> metrics;
+};
+
+class RolloutCollector {
+ public:
+  RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
+                   rollout::RolloutDataSource& source, const tokenizer::Tokenizer& tokenizer,
+                   RewardFn reward);
+  RolloutResult collect(int64_t rollout_id);
+
+  struct EvalSet {
+    std::string name;
+    std::unique_ptr<rollout::PromptDataset> dataset;
+  };
+  // eval/<name> (mean raw reward), eval/<name>-pass@k, eval/<name>-truncated_ratio,
+  // eval/<name>/response_len/mean.
+  std::map<std::string, double> evaluate(const std::vector<EvalSet>& sets);
+
+ private:
+  // Takes a finished group; returns true when it has enough (the rest is then aborted).
+  using GroupConsumer = std::function<bool(std::vector<rl::Sample>&&)>;
+  // Generates every sample of `groups` at once, handing each group to `consume` (on this
+  // thread) as soon as all its samples are done, in completion order.
+  void generate_groups(std::vector<std::vector<rl::Sample>> groups,
+                       const engine::SamplingParams& params, const GroupConsumer& consume);
+  engine::SamplingParams sampling_params(bool eval) const;
+  std::string decode_text(const std::vector<int64_t>& ids) const;
+
+  const TrainOptions& options_;
+  RolloutEngines& engines_;
+  rollout::RolloutDataSource& source_;
+  const tokenizer::Tokenizer& tokenizer_;
+  RewardFn reward_;
+};
+
+// pass@k = 1 - C(n-c, k) / C(n, k) averaged over groups of n samples with c correct
+// (reward == 1), for k = 1, 2, 4, ... <= n.
+std::map<int64_t, double> pass_at_k(const std::vector<std::vector<double>>& group_rewards);
+
+}  // namespace furlong::train

@@ -1,0 +1,51 @@
+// Where rollouts are generated, behind one interface for the RL loop: an engine inside the
+// training process (--colocate) or `furlong serve` engine servers (disaggregated, started by
+// furlong or given by --rollout-engine-urls). Generation is driven from training rank 0 only;
+// weight sync is collective over all training ranks (the backend gathers full weights, rank 0
+// hands them to the engines).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "train/backend.h"
+#include "train/options.h"
+
+namespace furlong::dist {
+class ProcessGroups;
+}
+
+namespace furlong::train {
+
+class RolloutEngines {
+ public:
+  using Done = std::function<void(engine::GenerateOutput)>;
+  virtual ~RolloutEngines() = default;
+
+  // Rank 0 only. Queues a request; `done` runs on an engine or worker thread when it ends
+  // (with finish reason abort after abort_all()).
+  virtual void submit(engine::GenerateRequest request, Done done) = 0;
+  virtual void abort_all() = 0;
+  // Raises (on the caller's thread) the first error a background generation hit, if any.
+  virtual void rethrow_errors() {}
+  // Colocated memory hand-off around training (no-ops for servers).
+  virtual void release_memory() {}
+  virtual void resume_memory() {}
+  // Collective over the training ranks: sends the backend's current weights to every engine as
+  // weight version `version`; with `check_equal`, verifies by digest that every engine holds
+  // exactly the sent bits (error otherwise). Returns the bytes sent (rank 0; 0 elsewhere).
+  virtual int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// An engine in this process on rank 0 (other ranks hold none and only join the weight sync).
+std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options, int rank);
+// Engine servers: --rollout-engine-urls, or --rollout-num-engines servers started here (rank 0
+// starts them as child processes and stops them on exit). Weights travel over a process group
+// (rank 0 + engines) by broadcast.
+std::unique_ptr<RolloutEngines> make_remote_engines(const TrainOptions& options, int rank);
+
+}  // namespace furlong::train
