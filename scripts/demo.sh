@@ -3,8 +3,8 @@
 #   1. initialize a small Qwen3 (4 layers, d=128) with a 20-token arithmetic tokenizer,
 #   2. generate a synthetic task: single-digit addition "a+b=" -> "a+b", checkable exactly,
 #   3. warm the model up briefly with SFT (it learns the format and some of the sums),
-#   4. run GRPO with furlong's rollout engine colocated in the trainer: 8 samples per prompt,
-#      exact-match reward, and watch the mean reward rise,
+#   4. run GRPO with furlong's rollout engine colocated in the trainer: 120 rollouts of 32
+#      prompts x 8 samples, exact-match reward, and watch the mean reward rise,
 #   5. print where the metrics, TensorBoard events and the HTML report are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,13 +39,13 @@ $FURLONG train --loss-type sft --hf-checkpoint "$OUT/model" --prompt-data "$OUT/
   --micro-batch-size 20 --save "$OUT/sft_ckpt" --save-interval 1000 2>&1 | awk 'NR % 25 == 0'
 $FURLONG export-hf --load "$OUT/sft_ckpt" --out "$OUT/sft_model"
 
-echo "== 4. GRPO: 40 rollouts of 32 prompts x 8 samples, engine colocated in the trainer"
+echo "== 4. GRPO: 120 rollouts of 32 prompts x 8 samples, engine colocated in the trainer"
 $FURLONG train --hf-checkpoint "$OUT/sft_model" --prompt-data "$OUT/prompts.jsonl" \
   --label-key label --rm-type exact_match --rollout-skip-special-tokens --rollout-shuffle \
-  --rollout-batch-size 32 --n-samples-per-prompt 8 --num-rollout 40 \
+  --rollout-batch-size 32 --n-samples-per-prompt 8 --num-rollout 120 \
   --rollout-max-response-len 4 --rollout-temperature 1.0 --advantage-estimator grpo \
-  --lr 5e-4 --compute-dtype float32 --micro-batch-size 64 --colocate \
-  --check-weight-update-equal --save "$OUT/rl_ckpt" --save-interval 20 \
+  --lr 1e-3 --compute-dtype float32 --micro-batch-size 64 --colocate \
+  --check-weight-update-equal --save "$OUT/rl_ckpt" --save-interval 60 \
   --metrics-file "$OUT/metrics.jsonl" --tensorboard-dir "$OUT/tensorboard" \
   --report "$OUT/report.html" > "$OUT/rl.log" 2>&1 || { tail -30 "$OUT/rl.log"; exit 1; }
 
@@ -55,12 +55,12 @@ out = sys.argv[1]
 rows = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
 print("\nrollout  mean reward  pass@8   ppo_kl  |logp engine - trainer|  rollout s  train s  sync s")
 for r in rows:
-    if r["step"] % 4 == 0 or r["step"] == len(rows) - 1:
+    if r["step"] % 10 == 0 or r["step"] == len(rows) - 1:
         print(f"{r['step']:7d}  {r['rollout/raw_reward']:11.3f}  {r['passrate/pass@8']:6.3f}"
               f"  {r['train/ppo_kl']:7.1e}  {r['train/train_rollout_logprob_abs_diff']:22.1e}"
               f"  {r['perf/rollout_time']:9.2f}  {r['perf/train_time']:7.2f}"
               f"  {r['perf/update_weights_time']:6.3f}")
-k = 5
+k = 10
 first = sum(r["rollout/raw_reward"] for r in rows[:k]) / k
 last = sum(r["rollout/raw_reward"] for r in rows[-k:]) / k
 print(f"\nmean reward, first {k} rollouts: {first:.3f}   last {k} rollouts: {last:.3f}")

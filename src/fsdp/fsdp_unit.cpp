@@ -174,6 +174,17 @@ std::vector<at::Tensor> FsdpUnit::gather_full(const std::vector<at::Tensor>& loc
                                               c10::ScalarType dtype) {
   c10::NoGradGuard no_grad;
   const int64_t S = mesh_->shard_size();
+  if (S == 1) {
+    // A single shard is the whole parameter: no gather, and no copy when the dtype matches
+    // (callers copy out of what they are given; weight sync then costs one pass over memory).
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < layouts_.size(); ++i) {
+      out.push_back(local[i].defined()
+                        ? local[i].detach().reshape(layouts_[i].shape).to(dtype)
+                        : at::zeros(layouts_[i].shape, at::TensorOptions().dtype(dtype)));
+    }
+    return out;
+  }
   auto send = at::zeros({flat_numel_}, at::TensorOptions().dtype(dtype).device(compute_device()));
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const auto& l = layouts_[i];

@@ -6,6 +6,7 @@
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/causal_lm.h"
 #include "train/rollout_engines.h"
 
 namespace furlong::train {
@@ -43,7 +44,13 @@ class ColocatedEngines : public RolloutEngines {
   }
 
   void release_memory() override {
-    if (engine_) engine_->release_memory(/*include_weights=*/true);
+    if (!engine_) return;
+    // On a GPU the engine gives back its weights too (miles' default offload level). On the
+    // CPU trainer and engine share host memory, and refaulting a fresh copy of the weights at
+    // every sync costs more than it frees: the engine keeps them and the sync overwrites them.
+    const auto& w = engine_->model().weights();
+    const bool on_gpu = !w.empty() && !w.front().empty() && w.front().front().is_cuda();
+    engine_->release_memory(/*include_weights=*/on_gpu);
   }
 
   void resume_memory() override {

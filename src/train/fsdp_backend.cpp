@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <optional>
 
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "dist/process_group.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
@@ -124,6 +126,13 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
                            all_reduce_max);
   std::map<std::string, double> rollout_metrics;
   if (policy_loss_mode()) rollout_metrics = prepare_policy_data(local, plan);
+  std::optional<ProgressBar> bar;
+  if (groups_->world().rank() == 0) {
+    int64_t micro_batches = 0;
+    for (const auto& step : plan) micro_batches += static_cast<int64_t>(step.size());
+    bar.emplace("train", micro_batches, "micro-batches");
+  }
+  progress_ = bar ? &*bar : nullptr;
   std::vector<StepMetrics> metrics;
   for (const auto& step : plan) {
     metrics.push_back(train_step(local, step));
@@ -133,6 +142,8 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
     for (const auto& [k, v] : rollout_metrics) metrics.front().values[k] = v;
   }
   policy_ = {};
+  if (bar) bar->finish();
+  progress_ = nullptr;
   return metrics;
 }
 
@@ -188,6 +199,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
       tokens += static_cast<int64_t>(local[i]->tokens.size());
     }
     train_micro_batch(pack_micro_batch(samples), items, step_tokens, sums);
+    if (progress_) progress_->advance();
   }
   auto& shard_group = mesh_->dp_shard();
   double grad_norm =

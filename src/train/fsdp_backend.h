@@ -15,6 +15,10 @@
 #include "train/loss.h"
 #include "train/micro_batch.h"
 
+namespace furlong {
+class ProgressBar;
+}
+
 namespace furlong::train {
 
 class FsdpBackend : public TrainBackend {
@@ -79,6 +83,7 @@ class FsdpBackend : public TrainBackend {
   std::unique_ptr<fsdp::FsdpModel> ref_model_;  // frozen initial weights (KL), RL only
   PolicyData policy_;
   Json loaded_driver_state_ = Json::object();
+  ProgressBar* progress_ = nullptr;  // rank 0's bar over the micro-batches of train()
   int64_t global_step_ = 0;
   bool asleep_ = false;
 };

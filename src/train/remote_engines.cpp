@@ -178,7 +178,15 @@ class RemoteEngines : public RolloutEngines {
       std::lock_guard<std::mutex> lock(mu_);
       aborting_ = true;
     }
-    for (auto& c : clients_) c->abort_all();
+    for (auto& c : clients_) {
+      try {
+        c->abort_all();
+      } catch (const std::exception& e) {
+        // Raised later by rethrow_errors(), after any earlier (root-cause) failure.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_.empty()) error_ = e.what();
+      }
+    }
   }
 
   int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) override {

@@ -287,13 +287,13 @@ int run_rl(TrainOptions o) {
   for (int64_t rollout_id = start; rollout_id < stop; ++rollout_id) {
     std::map<std::string, double> m;
     if (root && rollout_id == start && eval_on && !o.eval.skip_eval_before_train) {
-      log_metrics(d, rollout_id, d.collector->evaluate(d.evals));
+      m = d.collector->evaluate(d.evals);  // the baseline, logged with this rollout's row
     }
     std::vector<rl::Sample> samples;
     if (root) {
       auto result = d.collector->collect(rollout_id);
       samples = std::move(result.samples);
-      m = std::move(result.metrics);
+      for (auto& [k, v] : result.metrics) m[k] = v;
     }
     broadcast_samples(samples, world);
     if (o.rollout.colocate) engines->release_memory();

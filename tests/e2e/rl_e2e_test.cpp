@@ -174,11 +174,24 @@ TEST(RlEndToEnd, ColocatedGrpoRaisesReward) {
   flags.push_back("--colocate");
   flags.push_back("--check-weight-update-equal");
   flags.insert(flags.end(), {"--report", (dir / "report.html").string()});
+  // Eval at the start and every 5 rollouts, greedy, 2 samples per prompt.
+  flags.insert(flags.end(), {"--eval-interval", "5", "--eval-prompt-data", fixture().data.string(),
+                             "--n-samples-per-eval-prompt", "2", "--eval-temperature", "0"});
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto rows = read_rows(dir / "metrics.jsonl");
   ASSERT_EQ(rows.size(), 16u) << r.output;
   expect_on_policy_first_step(rows);
+  // Eval rows: the baseline at rollout 0, then after rollouts 4, 9, 14 (eval follows the sync).
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const bool due = i == 0 || (i + 1) % 5 == 0;
+    EXPECT_EQ(rows[i].contains("eval/prompts"), due) << "rollout " << i;
+    if (due) {
+      EXPECT_GE(value(rows[i], "eval/prompts"), 0.0);
+      EXPECT_LE(value(rows[i], "eval/prompts"), 1.0);
+      EXPECT_TRUE(rows[i].contains("eval/prompts-pass@2")) << rows[i].dump();
+    }
+  }
   const double z = improvement_z(rows, 4, 64);
   EXPECT_GT(z, 5.0) << "first/last rewards: " << rows.front()["rollout/raw_reward"] << " / "
                     << rows.back()["rollout/raw_reward"];
