@@ -20,6 +20,7 @@
 #include "train/backend.h"
 #include "train/rollout_collector.h"
 #include "train/rollout_engines.h"
+#include "train/sft_trainer.h"
 
 namespace furlong::train {
 namespace {
@@ -196,22 +197,6 @@ std::string metrics_path(const TrainOptions& o) {
   return "";
 }
 
-bool save_due_rl(const TrainOptions& o, int64_t rollout_id, dist::Group& world) {
-  if (!o.checkpoint.save) return false;
-  int64_t due = 0;
-  if (world.rank() == 0) {
-    const bool sentinel = o.checkpoint.save_trigger_sentinel &&
-                          std::filesystem::exists(*o.checkpoint.save_trigger_sentinel);
-    const bool interval =
-        o.checkpoint.save_interval && ((rollout_id + 1) % *o.checkpoint.save_interval == 0 ||
-                                       rollout_id + 1 == o.derived.num_rollout);
-    due = sentinel || interval ? 1 : 0;
-  }
-  auto flag = at::tensor({due}, at::kLong);
-  world.broadcast(flag, 0);
-  return flag.item<int64_t>() != 0;
-}
-
 void log_metrics(Driver& d, int64_t step, const std::map<std::string, double>& values) {
   if (!d.logger) return;
   std::vector<std::pair<std::string, double>> ordered(values.begin(), values.end());
@@ -302,7 +287,7 @@ int run_rl(TrainOptions o) {
     m["perf/train_time"] = seconds_since(t_train);
     m["perf/update_weights_time"] = update_weights_time;  // the previous sync (miles)
     m["perf/update_weights_bytes"] = static_cast<double>(update_weights_bytes);
-    if (save_due_rl(o, rollout_id, world)) {
+    if (save_due(o, rollout_id, world)) {
       auto t_save = Clock::now();
       Json state = Json::object();
       if (root) state["data_source"] = d.source->state();

@@ -55,9 +55,19 @@ std::vector<rl::Sample> rollout_samples(const std::vector<rl::Sample>& data, int
   return batch;
 }
 
-// Whether to save after `rollout_id`: by --save-interval (and at the last rollout), or when the
-// sentinel file exists. Rank 0 decides and broadcasts, so every rank agrees even if the file
-// appears while they check.
+std::string format_step(const StepMetrics& m, int64_t total_steps) {
+  char buf[256];
+  auto get = [&](const char* k) { return m.values.count(k) ? m.values.at(k) : 0.0; };
+  double seconds = std::max(get("step_time"), 1e-9);
+  std::snprintf(buf, sizeof(buf),
+                "step %lld/%lld | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s",
+                static_cast<long long>(m.step), static_cast<long long>(total_steps), get("loss"),
+                get("grad_norm"), get("lr"), get("tokens") / seconds);
+  return buf;
+}
+
+}  // namespace
+
 bool save_due(const TrainOptions& o, int64_t rollout_id, dist::Group& world) {
   if (!o.checkpoint.save) return false;
   int64_t due = 0;
@@ -73,19 +83,6 @@ bool save_due(const TrainOptions& o, int64_t rollout_id, dist::Group& world) {
   world.broadcast(flag, 0);
   return flag.item<int64_t>() != 0;
 }
-
-std::string format_step(const StepMetrics& m, int64_t total_steps) {
-  char buf[256];
-  auto get = [&](const char* k) { return m.values.count(k) ? m.values.at(k) : 0.0; };
-  double seconds = std::max(get("step_time"), 1e-9);
-  std::snprintf(buf, sizeof(buf),
-                "step %lld/%lld | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s",
-                static_cast<long long>(m.step), static_cast<long long>(total_steps), get("loss"),
-                get("grad_norm"), get("lr"), get("tokens") / seconds);
-  return buf;
-}
-
-}  // namespace
 
 std::vector<size_t> epoch_order(size_t n, int64_t epoch, bool shuffle, int64_t seed) {
   std::vector<size_t> order(n);
