@@ -102,20 +102,24 @@ uint64_t tensor_digest(const std::string& name, const at::Tensor& tensor) {
   return d.value();
 }
 
-std::string tensors_digest(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  std::vector<size_t> order(named.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return named[a].first < named[b].first; });
+std::string combine_tensor_digests(std::vector<std::pair<std::string, uint64_t>> per_tensor) {
+  std::sort(per_tensor.begin(), per_tensor.end());
   Digest64 all;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const auto& [name, tensor] = named[order[k]];
-    FURLONG_CHECK(k == 0 || named[order[k - 1]].first != name, "digest: tensor name '", name,
-                  "' appears twice");
-    all.update_u64(tensor_digest(name, tensor));
+  for (size_t k = 0; k < per_tensor.size(); ++k) {
+    FURLONG_CHECK(k == 0 || per_tensor[k - 1].first != per_tensor[k].first, "digest: tensor name '",
+                  per_tensor[k].first, "' appears twice");
+    all.update_u64(per_tensor[k].second);
   }
-  all.update_u64(static_cast<uint64_t>(named.size()));
+  all.update_u64(static_cast<uint64_t>(per_tensor.size()));
   return all.hex();
+}
+
+std::string tensors_digest(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  std::vector<std::pair<std::string, uint64_t>> per_tensor;
+  per_tensor.reserve(named.size());
+  for (const auto& [name, tensor] : named)
+    per_tensor.emplace_back(name, tensor_digest(name, tensor));
+  return combine_tensor_digests(std::move(per_tensor));
 }
 
 }  // namespace furlong

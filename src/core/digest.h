@@ -40,5 +40,7 @@ uint64_t tensor_digest(const std::string& name, const at::Tensor& tensor);
 // Digest of named tensors in name order (the order given does not matter; names must be
 // unique), as 16 hex digits.
 std::string tensors_digest(const std::vector<std::pair<std::string, at::Tensor>>& named);
+// The same digest from per-tensor digests (tensor_digest), e.g. collected bucket by bucket.
+std::string combine_tensor_digests(std::vector<std::pair<std::string, uint64_t>> per_tensor);
 
 }  // namespace furlong

@@ -28,7 +28,8 @@ struct StepMetrics {
   std::map<std::string, double> values;  // "loss", "grad_norm", "lr", ...
 };
 
-// Receives full (unsharded) weights, in the checkpoint's dtype, in model order, in buckets.
+// Receives full (unsharded) weights, in the checkpoint's dtype, in model order, in buckets of
+// about --update-weight-buffer-size bytes (a bucket closes once it reaches that size).
 using WeightSink = std::function<void(const std::vector<std::pair<std::string, at::Tensor>>&)>;
 
 class TrainBackend {

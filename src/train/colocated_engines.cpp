@@ -59,17 +59,21 @@ class ColocatedEngines : public RolloutEngines {
 
   int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) override {
     int64_t bytes = 0;
-    backend.update_weights([&](const std::vector<std::pair<std::string, at::Tensor>>& named) {
+    std::vector<std::pair<std::string, uint64_t>> sent;  // per-tensor digests, all buckets
+    backend.update_weights([&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
       if (!engine_) return;
-      engine_->update_weights_from_tensors(named, version);
-      bytes += tensor_bytes(named);
+      engine_->update_weights_from_tensors(bucket, version);
+      bytes += tensor_bytes(bucket);
       if (check_equal) {
-        auto sent = tensors_digest(named);
-        auto held = engine_->weights_digest();
-        FURLONG_CHECK(sent == held, "--check-weight-update-equal: the engine's weights (digest ",
-                      held, ") differ from the trainer's (", sent, ") after update ", version);
+        for (const auto& [name, t] : bucket) sent.emplace_back(name, tensor_digest(name, t));
       }
     });
+    if (engine_ && check_equal) {
+      const auto want = combine_tensor_digests(std::move(sent));
+      const auto held = engine_->weights_digest();
+      FURLONG_CHECK(want == held, "--check-weight-update-equal: the engine's weights (digest ",
+                    held, ") differ from the trainer's (", want, ") after update ", version);
+    }
     return bytes;
   }
 

@@ -240,11 +240,21 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
 void FsdpBackend::update_weights(const WeightSink& sink) {
   const auto dtype = model_->model().config().dtype;
   const bool root = groups_->world().rank() == 0;
+  const int64_t bucket_bytes = std::max<int64_t>(1, options_.rollout.update_weight_buffer_size);
   std::vector<std::pair<std::string, at::Tensor>> bucket;
+  int64_t bytes = 0;
+  auto flush = [&] {
+    if (root && sink && !bucket.empty()) sink(bucket);
+    bucket.clear();
+    bytes = 0;
+  };
   model_->for_each_full_parameter(dtype, [&](const std::string& name, const at::Tensor& t) {
-    if (root) bucket.emplace_back(name, t);
+    if (!root) return;
+    bucket.emplace_back(name, t);
+    bytes += static_cast<int64_t>(t.nbytes());
+    if (bytes >= bucket_bytes) flush();
   });
-  if (root && sink) sink(bucket);
+  flush();
 }
 
 void FsdpBackend::save_model(int64_t rollout_id, const Json& driver_state) {

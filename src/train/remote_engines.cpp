@@ -191,37 +191,30 @@ class RemoteEngines : public RolloutEngines {
 
   int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) override {
     int64_t bytes = 0;
-    backend.update_weights([&](const std::vector<std::pair<std::string, at::Tensor>>& named) {
+    std::vector<std::pair<std::string, uint64_t>> sent;  // per-tensor digests, all buckets
+    backend.update_weights([&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
       if (clients_.empty()) return;
-      wait_idle();
-      if (!group_) join_group();
-      auto metas = engine::weight_metas(named);
-      std::vector<std::future<void>> receivers;
-      for (auto& c : clients_) {
-        receivers.push_back(std::async(std::launch::async, [&, client = c.get()] {
-          client->update_weights_from_distributed(metas, version, kGroupName);
-        }));
+      if (bytes == 0) {
+        wait_idle();
+        if (!group_) join_group();
       }
-      try {
-        engine::broadcast_weights(group_->world(), named);
-        for (auto& r : receivers) r.get();
-      } catch (const std::exception& e) {
-        FURLONG_FAIL("weight sync (version ", version, ") to ", describe(),
-                     " failed; an engine may have died: ", e.what());
+      send_bucket(bucket, version);
+      for (const auto& [name, t] : bucket) {
+        bytes += static_cast<int64_t>(t.nbytes());
+        if (check_equal) sent.emplace_back(name, tensor_digest(name, t));
       }
-      for (const auto& [name, t] : named) bytes += static_cast<int64_t>(t.nbytes());
-      if (check_equal) {
-        const auto sent = tensors_digest(named);
-        for (auto& c : clients_) {
-          auto held = c->get_weights_digest();
-          FURLONG_CHECK(held == sent, "--check-weight-update-equal: engine ", c->base_url(),
-                        " holds weights with digest ", held, ", the trainer sent ", sent,
-                        " (update ", version, ")");
-        }
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      aborting_ = false;
     });
+    if (!clients_.empty() && check_equal) {
+      const auto want = combine_tensor_digests(std::move(sent));
+      for (auto& c : clients_) {
+        auto held = c->get_weights_digest();
+        FURLONG_CHECK(held == want, "--check-weight-update-equal: engine ", c->base_url(),
+                      " holds weights with digest ", held, ", the trainer sent ", want, " (update ",
+                      version, ")");
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    aborting_ = false;
     return bytes;
   }
 
@@ -279,6 +272,25 @@ class RemoteEngines : public RolloutEngines {
     for (auto& j : joins) j.get();
     LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) on port ",
              spec.master_port);
+  }
+
+  // One bucket: every engine is told what comes (one HTTP call each, on helper threads) while
+  // this process broadcasts the tensors in order.
+  void send_bucket(const std::vector<std::pair<std::string, at::Tensor>>& bucket, int64_t version) {
+    auto metas = engine::weight_metas(bucket);
+    std::vector<std::future<void>> receivers;
+    for (auto& c : clients_) {
+      receivers.push_back(std::async(std::launch::async, [&, client = c.get()] {
+        client->update_weights_from_distributed(metas, version, kGroupName);
+      }));
+    }
+    try {
+      engine::broadcast_weights(group_->world(), bucket);
+      for (auto& r : receivers) r.get();
+    } catch (const std::exception& e) {
+      FURLONG_FAIL("weight sync (version ", version, ") to ", describe(),
+                   " failed; an engine may have died: ", e.what());
+    }
   }
 
   void wait_idle() {

@@ -173,6 +173,8 @@ TEST(RlEndToEnd, ColocatedGrpoRaisesReward) {
   auto flags = grpo_flags(dir, 16);
   flags.push_back("--colocate");
   flags.push_back("--check-weight-update-equal");
+  // Buckets of ~64 KiB: the 300 KB model travels in several, the digest spans them all.
+  flags.insert(flags.end(), {"--update-weight-buffer-size", "65536"});
   flags.insert(flags.end(), {"--report", (dir / "report.html").string()});
   // Eval at the start and every 5 rollouts, greedy, 2 samples per prompt.
   flags.insert(flags.end(), {"--eval-interval", "5", "--eval-prompt-data", fixture().data.string(),
@@ -203,7 +205,8 @@ TEST(RlEndToEnd, ColocatedGrpoRaisesReward) {
 TEST(RlEndToEnd, DisaggregatedGrpoRaisesRewardOnTwoRanks) {
   auto dir = scratch_dir();
   auto flags = grpo_flags(dir, 16);
-  flags.insert(flags.end(), {"--rollout-num-engines", "1", "--check-weight-update-equal"});
+  flags.insert(flags.end(), {"--rollout-num-engines", "1", "--check-weight-update-equal",
+                             "--update-weight-buffer-size", "65536"});
   auto r = run_train(flags, /*nproc=*/2);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto rows = read_rows(dir / "metrics.jsonl");
