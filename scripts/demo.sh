@@ -49,7 +49,7 @@ $FURLONG train --hf-checkpoint "$OUT/sft_model" --prompt-data "$OUT/prompts.json
   --metrics-file "$OUT/metrics.jsonl" --tensorboard-dir "$OUT/tensorboard" \
   --report "$OUT/report.html" > "$OUT/rl.log" 2>&1 || { tail -30 "$OUT/rl.log"; exit 1; }
 
-python3 - "$OUT" <<'PY'
+.venv/bin/python - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
 rows = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]

@@ -11,7 +11,8 @@ namespace furlong::app {
 int run_train(const std::vector<std::string>& args) {
   train::TrainOptions o;
   config::FlagSet flags("furlong train",
-                        "Train a HF model with the FSDP backend (run on every rank: torchrun "
+                        "RL (--loss-type policy_loss, default) or SFT (--loss-type sft) of a HF "
+                        "model with the FSDP backend (run on every rank: torchrun "
                         "--no-python ... or furlong launch).");
   register_flags(flags, o);
   if (!flags.parse(args)) return 0;
