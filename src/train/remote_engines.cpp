@@ -15,7 +15,6 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <future>
 #include <mutex>
 #include <thread>
 
@@ -24,6 +23,7 @@
 #include "core/log.h"
 #include "dist/launcher.h"
 #include "engine/server/client.h"
+#include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
 #include "train/rollout_engines.h"
 
@@ -253,40 +253,28 @@ class RemoteEngines : public RolloutEngines {
     }
   }
 
+  std::vector<const EngineClient*> engine_list() const {
+    std::vector<const EngineClient*> out;
+    for (const auto& c : clients_) out.push_back(c.get());
+    return out;
+  }
+
   void join_group() {
     engine::WeightGroupSpec spec;
     spec.master_addr = "127.0.0.1";
     spec.master_port = dist::pick_free_port("127.0.0.1");
-    spec.world_size = 1 + static_cast<int>(clients_.size());
     spec.group_name = kGroupName;
     spec.timeout_seconds = options_.rollout.engine_startup_timeout;
-    std::vector<std::future<void>> joins;
-    for (size_t i = 0; i < clients_.size(); ++i) {
-      auto s = spec;
-      s.rank_offset = 1 + static_cast<int>(i);
-      joins.push_back(std::async(std::launch::async, [client = clients_[i].get(), s] {
-        client->init_weights_update_group(s);
-      }));
-    }
-    group_ = engine::join_weight_group(spec, 0);
-    for (auto& j : joins) j.get();
+    group_ = engine::server::connect_remote_engines(engine_list(), spec);
     LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) on port ",
              spec.master_port);
   }
 
-  // One bucket: every engine is told what comes (one HTTP call each, on helper threads) while
-  // this process broadcasts the tensors in order.
+  // One bucket: every engine is told what comes while this process broadcasts the tensors.
   void send_bucket(const std::vector<std::pair<std::string, at::Tensor>>& bucket, int64_t version) {
-    auto metas = engine::weight_metas(bucket);
-    std::vector<std::future<void>> receivers;
-    for (auto& c : clients_) {
-      receivers.push_back(std::async(std::launch::async, [&, client = c.get()] {
-        client->update_weights_from_distributed(metas, version, kGroupName);
-      }));
-    }
     try {
-      engine::broadcast_weights(group_->world(), bucket);
-      for (auto& r : receivers) r.get();
+      engine::server::update_remote_weights(engine_list(), group_->world(), bucket, version,
+                                            kGroupName);
     } catch (const std::exception& e) {
       FURLONG_FAIL("weight sync (version ", version, ") to ", describe(),
                    " failed; an engine may have died: ", e.what());
