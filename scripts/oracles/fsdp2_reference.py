@@ -50,6 +50,7 @@ import argparse
 import json
 import os
 import pathlib
+import subprocess
 import sys
 
 
@@ -70,8 +71,12 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def relaunch(argv, nproc):
-    """Replaces this process by torchrun running the same script with `nproc` ranks."""
+def relaunch(argv, nproc, attempts=3):
+    """Runs this script under torchrun with `nproc` ranks and exits with its status.
+
+    A Gloo rank can abort on its own on a heavily loaded machine ("terminate called without an
+    active exception" while the ranks connect); that is the reference's infrastructure failing,
+    not a result, so a failed launch is retried (a deterministic error fails every attempt)."""
     rest, skip = [], False
     for a in argv:
         if skip:
@@ -82,7 +87,13 @@ def relaunch(argv, nproc):
             rest.append(a)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", os.path.abspath(__file__)] + rest
-    os.execv(sys.executable, cmd)
+    for attempt in range(1, attempts + 1):
+        code = subprocess.run(cmd).returncode
+        if code == 0:
+            sys.exit(0)
+        print(f"fsdp2_reference: torchrun attempt {attempt}/{attempts} failed (exit {code})",
+              file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 def load_rows(path):

@@ -174,17 +174,19 @@ class RemoteEngines : public RolloutEngines {
 
   void abort_all() override {
     {
-      // Requests not yet sent end as aborted without reaching a server.
+      // Requests not yet sent end as aborted without reaching a server; with none in
+      // flight there is nothing for a server to abort, so none is contacted.
       std::lock_guard<std::mutex> lock(mu_);
       aborting_ = true;
+      if (in_flight_ == 0) return;
     }
-    for (auto& c : clients_) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
       try {
-        c->abort_all();
+        clients_[i]->abort_all();
       } catch (const std::exception& e) {
         // Raised later by rethrow_errors(), after any earlier (root-cause) failure.
         std::lock_guard<std::mutex> lock(mu_);
-        if (error_.empty()) error_ = e.what();
+        if (error_.empty()) error_ = engine_failure(i, "an abort request", e);
       }
     }
   }
@@ -334,13 +336,20 @@ class RemoteEngines : public RolloutEngines {
       out.weight_version = r.weight_version;
     } catch (const Error& e) {
       // A dead engine is fatal for the run (miles without fault tolerance); say which.
-      std::string status =
-          engine_index < servers_.size() ? servers_[engine_index]->exit_status() : "";
-      FURLONG_FAIL("engine ", client.base_url(), " failed a generate request",
-                   status.empty() ? "" : " (the server process ended: " + status + ")", ": ",
-                   e.what());
+      FURLONG_FAIL(engine_failure(engine_index, "a generate request", e));
     }
     return out;
+  }
+
+  // "engine URL failed WHAT (the server process ended: STATUS): CAUSE", the one shape of
+  // every error that names an engine, so a user sees which server to look at.
+  std::string engine_failure(size_t engine_index, const std::string& what,
+                             const std::exception& cause) const {
+    std::string status =
+        engine_index < servers_.size() ? servers_[engine_index]->exit_status() : "";
+    return "engine " + clients_[engine_index]->base_url() + " failed " + what +
+           (status.empty() ? "" : " (the server process ended: " + status + ")") + ": " +
+           cause.what();
   }
 
   const TrainOptions& options_;

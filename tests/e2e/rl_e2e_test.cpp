@@ -335,10 +335,15 @@ TEST(RlEndToEnd, EngineDyingMidRunFailsClearlyAndKeepsTheCheckpoint) {
   auto r = run_command("bash " + shell_quote((dir / "run.sh").string()) + " 2>&1");
   EXPECT_EQ(r.output.find("train exit 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train exit"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("furlong train: error: "), std::string::npos) << r.output;
-  EXPECT_TRUE(r.output.find("failed a generate request") != std::string::npos ||
-              r.output.find("weight sync (version") != std::string::npos)
-      << r.output;
+  // The error line names the dead engine, whichever request of the trainer met it first
+  // (a generate, an abort of leftovers, or a weight sync).
+  const auto at = r.output.find("furlong train: error: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string error_line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_TRUE(error_line.find("engine http://127.0.0.1:") != std::string::npos ||
+              error_line.find("weight sync (version") != std::string::npos)
+      << error_line;
+  EXPECT_NE(error_line.find("http://127.0.0.1:"), std::string::npos) << error_line;
   auto exported = run_command(shell_quote(furlong_binary().string()) + " export-hf --load " +
                               shell_quote((dir / "ckpt").string()) + " --out " +
                               shell_quote((dir / "hf").string()) + " 2>&1");
