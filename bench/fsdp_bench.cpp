@@ -19,6 +19,7 @@
 #include "config/flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/json_util.h"
 #include "dist/process_group.h"
 #include "train/fsdp_backend.h"
@@ -163,6 +164,7 @@ int run(const std::vector<std::string>& args) {
   if (groups->world().rank() == 0) {
     const int64_t tokens = o.docs * o.doc_len;
     Json out = {{"impl", "furlong"},
+                {"host_memory", configure_host_memory().describe()},
                 {"dtype", o.compute_dtype},
                 {"ranks", world},
                 {"threads", at::get_num_threads()},
@@ -192,6 +194,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace furlong
 
 int main(int argc, char** argv) {
+  furlong::configure_host_memory();  // before any tensor exists
   try {
     return furlong::run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {

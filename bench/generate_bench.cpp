@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "config/flags.h"
+#include "core/host_memory.h"
 #include "core/json_util.h"
 #include "engine/engine.h"
 #include "models/causal_lm.h"
@@ -102,6 +103,7 @@ int run(const std::vector<std::string>& args) {
     ttft_max = std::max(ttft_max, t);
   }
   Json out = {{"impl", "furlong"},
+              {"host_memory", configure_host_memory().describe()},
               {"batch", o.batch},
               {"prompt_len", o.prompt_len},
               {"max_new_tokens", o.max_new_tokens},
@@ -121,6 +123,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace furlong
 
 int main(int argc, char** argv) {
+  furlong::configure_host_memory();  // before any tensor exists
   try {
     return furlong::run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {

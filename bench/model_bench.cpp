@@ -14,6 +14,7 @@
 #include "config/flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/json_util.h"
 #include "models/hf_model.h"
 #include "models/logprobs.h"
@@ -103,6 +104,7 @@ int run(const std::vector<std::string>& args) {
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
   Json out = {{"impl", "furlong"},
+              {"host_memory", configure_host_memory().describe()},
               {"mode", o.mode},
               {"dtype", o.dtype},
               {"tokens", o.docs * o.doc_len},
@@ -118,6 +120,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace furlong
 
 int main(int argc, char** argv) {
+  furlong::configure_host_memory();  // before any tensor exists
   try {
     return furlong::run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {

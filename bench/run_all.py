@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Side-by-side benchmarks: furlong against its Python peer, same machine, model, data and
-thread count, in one run. Runs alternate between the two (furlong first on even rounds, the
-peer first on odd ones) so slow drift on a noisy machine hits both; each figure is the median
-over rounds of each run's median step time. Prints a table and writes bench/results/*.json.
+thread count, in one run. Three sides: furlong, the peer with its library defaults, and the
+peer "tuned" with the host-memory settings furlong's processes apply to themselves
+(PEER_TUNED_ENV, see src/core/host_memory.h), so the tables show both the product against the
+peer as users run it and furlong's code alone. The order rotates each round so slow drift hits
+all sides; each figure is the median over rounds of each run's median step time. Prints a
+table and writes bench/results/*.json. Run it on an otherwise idle machine: CPU contention
+slows the Python peer more than furlong and inflates the ratios.
 
   .venv/bin/python bench/run_all.py [--build-dir build] [--only model|fsdp] [--rounds 3] [--quick]
 
@@ -27,9 +31,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def run_json(cmd, env):
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_json(cmd, env, attempts=3):
+    """Runs a benchmark command and parses the JSON of its last line. A failed run (a Gloo
+    rank can abort on its own while the ranks connect) is reported and retried."""
+    for attempt in range(1, attempts + 1):
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if out.returncode == 0:
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        tail = "\n".join(out.stderr.strip().splitlines()[-15:])
+        print(f"run {attempt}/{attempts} failed (exit {out.returncode}): {' '.join(cmd)}\n{tail}",
+              file=sys.stderr, flush=True)
+    raise SystemExit(f"benchmark command failed {attempts} times: {' '.join(cmd)}")
 
 
 def ensure_model(name, build_dir):
@@ -48,17 +60,27 @@ def ensure_model(name, build_dir):
     return out
 
 
-def side_by_side(furlong_cmd, peer_cmd, rounds, env):
-    results = {"furlong": [], "peer": []}
+# The host-memory settings furlong's own processes apply (src/core/host_memory.h), given to
+# the peer too in its "tuned" runs, so the tables separate furlong's code from its defaults.
+PEER_TUNED_ENV = {"THP_MEM_ALLOC_ENABLE": "1", "MALLOC_MMAP_THRESHOLD_": "2097152"}
+
+
+def side_by_side(sides, rounds, env):
+    """Runs each (name, cmd, extra_env) of `sides` once per round, rotating which goes first.
+    Returns {name: median over rounds of each run's median step time} and the raw runs."""
+    results = {name: [] for name, _, _ in sides}
     for r in range(rounds):
-        order = [("furlong", furlong_cmd), ("peer", peer_cmd)]
-        if r % 2:
-            order.reverse()
-        for name, cmd in order:
-            results[name].append(run_json(cmd, env))
-    fl = statistics.median(x["median_s"] for x in results["furlong"])
-    peer = statistics.median(x["median_s"] for x in results["peer"])
-    return fl, peer, results
+        k = r % len(sides)
+        for name, cmd, extra in sides[k:] + sides[:k]:
+            results[name].append(run_json(cmd, dict(env, **extra)))
+    medians = {name: statistics.median(x["median_s"] for x in runs)
+               for name, runs in results.items()}
+    return medians, results
+
+
+def three_sides(furlong_cmd, peer_cmd):
+    return [("furlong", furlong_cmd, {}), ("peer", peer_cmd, {}),
+            ("peer_tuned", peer_cmd, PEER_TUNED_ENV)]
 
 
 def torchrun(nproc):
@@ -70,12 +92,19 @@ def mib(n):
 
 
 FSDP_NOTES = [
-    "Shared, noisy machine (2 cores, other jobs building and testing at the same time): ratios "
-    "are measured side by side with alternating order, absolute times are not reproducible.",
+    "2-core machine, nothing else running (checked before the run); ratios are measured side "
+    "by side with rotating order. Absolute times on a loaded machine are not comparable: "
+    "CPU contention slows the Python peer more than furlong and inflates the ratios.",
     "Both sides: 2 ranks x (cores / ranks) threads, Gloo over loopback, fully_shard per decoder "
     "layer + root (embedding, final norm, head), reshard after forward, one packed micro-batch "
     "per rank, SFT loss, clip 1.0, AdamW; compute in dtype, fp32 master weights and fp32 "
     "gradient reduction.",
+    "Host memory: furlong's processes turn on libtorch's transparent huge pages for blocks of "
+    "2 MiB and more and fix glibc's mmap threshold at 2 MiB (src/core/host_memory.h; "
+    "FURLONG_HOST_MEMORY=default turns this off). 'fsdp2' runs with the library defaults, as "
+    "users run it; 'fsdp2 tuned' runs with the same two settings "
+    "(THP_MEM_ALLOC_ENABLE=1 MALLOC_MMAP_THRESHOLD_=2097152), so ratio_vs_tuned is the gain "
+    "of furlong's code alone.",
     "Peak RSS is VmHWM, max over ranks; the peer's includes the Python interpreter and "
     "transformers (~0.3 GiB before the model is loaded).",
     "comm bytes: logical payload per step (a gather counts its output, a reduce-scatter its "
@@ -87,18 +116,11 @@ FSDP_NOTES = [
     "backward, every gradient reduce-scattered in fp32. Both stacks keep the root (embedding "
     "and head) gathered from forward to backward, so both move less than the theory.",
     "Where furlong's time goes at qwen3_100m (perf record of rank 0, 2 ranks x 1 thread, "
-    "2026-11-30): fp32 63% MKL sgemm (mostly the 151936-row tied head: forward, its two "
-    "backward products, the dense embedding gradient), ~10% kernel page faults (every "
-    "step's large tensors are fresh mmap'd allocations), ~7% Gloo loopback TCP copies, the "
-    "rest copies/elementwise; bf16 spends ~40% in the kernel (page faults, TCP) and ~30% in "
-    "oneDNN GEMMs. Both stacks run the same GEMMs, so at this size the ratio tends to 1; "
-    "furlong's fused kernels win where elementwise work dominates (qwen3_tiny).",
-    "Allocator side runs (qwen3_100m bf16, 3 steps, same machine minutes apart, not part of "
-    "the table): THP_MEM_ALLOC_ENABLE=1 (libtorch's huge-page switch) plus "
-    "MALLOC_TRIM_THRESHOLD_=0 gave furlong 467 vs FSDP2 347 tokens/s (x1.35; x1.13 without) "
-    "and peak RSS 2168 vs 1903 MiB (2384 vs 2155 without): furlong's peak stays ~10% above "
-    "FSDP2's at this size (not yet located), its speed gains more from fewer page faults. "
-    "Neither side sets these variables in the table.",
+    "before the host-memory settings): fp32 63% MKL sgemm (mostly the 151936-row tied head: "
+    "forward, its two backward products, the dense embedding gradient), ~10% kernel page "
+    "faults, ~7% Gloo loopback TCP copies, the rest copies/elementwise. Both stacks run the "
+    "same GEMMs, so at this size the ratio of the code alone tends to 1; furlong's fused "
+    "kernels win where elementwise work dominates (qwen3_tiny).",
 ]
 
 
@@ -116,10 +138,12 @@ def bench_fsdp(args, build_dir, env):
             fl_cmd = torchrun(args.fsdp_ranks) + [
                 "--no-python", str(build_dir / "bench" / "furlong_fsdp_bench")] + common
             peer_cmd = torchrun(args.fsdp_ranks) + [str(ROOT / "bench" / "fsdp2_bench.py")] + common
-            fl, peer, raw = side_by_side(fl_cmd, peer_cmd, args.rounds, env)
+            med, raw = side_by_side(three_sides(fl_cmd, peer_cmd), args.rounds, env)
+            fl, peer, tuned = med["furlong"], med["peer"], med["peer_tuned"]
             tokens = args.docs * args.doc_len
             fl_rss = max(x["peak_rss_bytes"] for x in raw["furlong"])
             peer_rss = max(x["peak_rss_bytes"] for x in raw["peer"])
+            tuned_rss = max(x["peak_rss_bytes"] for x in raw["peer_tuned"])
             fl_comm = raw["furlong"][-1]["comm_bytes_per_step"]
             peer_comm = raw["peer"][-1]["comm_bytes_per_step"]
             theory = raw["furlong"][-1]["theory_bytes_per_step"]
@@ -127,15 +151,21 @@ def bench_fsdp(args, build_dir, env):
                    "threads_per_rank": threads, "tokens_per_step": tokens,
                    "furlong_s": fl, "fsdp2_s": peer, "furlong_tokens_per_s": tokens / fl,
                    "fsdp2_tokens_per_s": tokens / peer, "speedup": peer / fl,
+                   "fsdp2_tuned_s": tuned, "fsdp2_tuned_tokens_per_s": tokens / tuned,
+                   "speedup_vs_tuned": tuned / fl,
+                   "furlong_host_memory": raw["furlong"][-1].get("host_memory"),
                    "furlong_peak_rss_bytes": fl_rss, "fsdp2_peak_rss_bytes": peer_rss,
+                   "fsdp2_tuned_peak_rss_bytes": tuned_rss,
                    "furlong_comm_bytes_per_step": fl_comm, "fsdp2_comm_bytes_per_step": peer_comm,
                    "theory_bytes_per_step": theory,
                    "furlong_comm_vs_theory": fl_comm["fsdp_total"] / theory,
                    "fsdp2_comm_vs_theory": peer_comm["fsdp_total"] / theory,
-                   "goal_met": peer / fl >= 1.5 and fl_rss <= peer_rss, "raw": raw}
+                   "goal_met": peer / fl >= 1.5 and fl_rss <= peer_rss,
+                   "goal_met_vs_tuned": tuned / fl >= 1.5 and fl_rss <= tuned_rss, "raw": raw}
             rows.append(row)
             print(f"  {model:11s} {dtype:8s} {tokens / fl:9.0f} {tokens / peer:9.0f} "
-                  f"x{peer / fl:5.2f}   {mib(fl_rss):7.0f} {mib(peer_rss):7.0f}   "
+                  f"x{peer / fl:5.2f} {tokens / tuned:9.0f} x{tuned / fl:5.2f}   "
+                  f"{mib(fl_rss):7.0f} {mib(peer_rss):7.0f} {mib(tuned_rss):7.0f}   "
                   f"{mib(fl_comm['fsdp_total']):8.1f} {mib(peer_comm['fsdp_total']):8.1f} "
                   f"{mib(theory):8.1f}", flush=True)
     return rows
@@ -154,15 +184,21 @@ def bench_models(args, build_dir, env):
                           "--threads", str(args.threads)]
                 fl_cmd = [str(build_dir / "bench" / "furlong_model_bench")] + common
                 peer_cmd = [PY, str(ROOT / "bench" / "hf_model_bench.py")] + common
-                fl, peer, raw = side_by_side(fl_cmd, peer_cmd, args.rounds, env)
+                med, raw = side_by_side(three_sides(fl_cmd, peer_cmd), args.rounds, env)
+                fl, peer, tuned = med["furlong"], med["peer"], med["peer_tuned"]
                 tokens = args.docs * args.doc_len
                 rows.append({"model": model, "dtype": dtype, "mode": mode, "tokens": tokens,
                              "furlong_s": fl, "transformers_s": peer,
+                             "transformers_tuned_s": tuned,
                              "furlong_tokens_per_s": tokens / fl,
                              "transformers_tokens_per_s": tokens / peer,
-                             "speedup": peer / fl, "raw": raw})
+                             "transformers_tuned_tokens_per_s": tokens / tuned,
+                             "speedup": peer / fl, "speedup_vs_tuned": tuned / fl,
+                             "furlong_host_memory": raw["furlong"][-1].get("host_memory"),
+                             "raw": raw})
                 print(f"  {model:11s} {dtype:8s} {mode:5s}  furlong {tokens / fl:9.0f} tok/s   "
-                      f"transformers {tokens / peer:9.0f} tok/s   x{peer / fl:.2f}", flush=True)
+                      f"transformers {tokens / peer:9.0f} tok/s   x{peer / fl:.2f}   "
+                      f"tuned {tokens / tuned:9.0f} tok/s   x{tuned / fl:.2f}", flush=True)
     return rows
 
 
@@ -199,8 +235,9 @@ def main():
         print(f"FSDP training step, {args.fsdp_ranks} ranks, {args.docs} x {args.doc_len} tokens "
               "per step (tokens/s higher is better; RSS = peak max over ranks; comm = collective "
               "payload per step, theory = 3 x params):")
-        print(f"  {'model':11s} {'dtype':8s} {'furlong':>9s} {'fsdp2':>9s} {'ratio':>6s}   "
-              f"{'RSS MiB':>7s} {'(fsdp2)':>7s}   {'comm MiB':>8s} {'(fsdp2)':>8s} {'(theory)':>8s}")
+        print(f"  {'model':11s} {'dtype':8s} {'furlong':>9s} {'fsdp2':>9s} {'ratio':>6s} "
+              f"{'tuned':>9s} {'ratio':>6s}   {'RSS MiB':>7s} {'(fsdp2)':>7s} {'(tuned)':>7s}   "
+              f"{'comm MiB':>8s} {'(fsdp2)':>8s} {'(theory)':>8s}")
         rows = bench_fsdp(args, build_dir, env)
         out = results_dir / "fsdp_bench.json"
         out.write_text(json.dumps({"meta": dict(meta, fsdp_ranks=args.fsdp_ranks,

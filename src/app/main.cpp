@@ -6,6 +6,7 @@
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace furlong::app {
 namespace {
@@ -91,6 +92,7 @@ std::string cli_reference_markdown() {
 }  // namespace furlong::app
 
 int main(int argc, char** argv) {
+  furlong::configure_host_memory();  // before any tensor exists
   using namespace furlong::app;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

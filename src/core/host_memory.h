@@ -1,0 +1,33 @@
+#pragma once
+// Host-memory policy of furlong's processes, applied first thing in main().
+//
+// On CPU the big tensors of a step (gathered parameters, logits, gradients) are allocated and
+// freed every step. With glibc's defaults each one is a fresh mmap whose 4 KiB pages fault in
+// one by one, which costs 10-20% of a ~100M-parameter FSDP step (bench/results/fsdp_bench.json).
+// furlong therefore asks libtorch for transparent huge pages on allocations of 2 MiB and more
+// (THP_MEM_ALLOC_ENABLE=1, read by c10 at its first large allocation) and fixes glibc's mmap
+// threshold at 2 MiB, so large blocks go back to the kernel on free (no heap growth) and come
+// back as huge pages (one fault per 2 MiB).
+//
+// A value the user already set for THP_MEM_ALLOC_ENABLE or MALLOC_MMAP_THRESHOLD_ is kept;
+// FURLONG_HOST_MEMORY=default leaves both libraries at their own defaults.
+
+#include <string>
+
+namespace furlong {
+
+struct HostMemoryPolicy {
+  bool huge_pages = false;       // THP_MEM_ALLOC_ENABLE is 1 for this process
+  long mmap_threshold = 0;       // bytes; 0 when glibc's dynamic default applies
+  std::string describe() const;  // one line for logs and benchmark JSON
+};
+
+// Must run before the first tensor allocation of the process; applies the policy once and
+// returns it on every call.
+HostMemoryPolicy configure_host_memory();
+
+// Applies the policy from the current environment now (what configure_host_memory runs once;
+// exposed for tests).
+HostMemoryPolicy apply_host_memory_policy();
+
+}  // namespace furlong
