@@ -1,5 +1,7 @@
 #include "core/host_memory.h"
 
+#include "core/host_block_cache.h"
+
 #include <malloc.h>
 
 #include <cstdlib>
@@ -19,7 +21,8 @@ bool env_is(const char* name, const char* value) {
 
 std::string HostMemoryPolicy::describe() const {
   return std::string("huge pages ") + (huge_pages ? "on" : "off") + ", mmap threshold " +
-         (mmap_threshold > 0 ? std::to_string(mmap_threshold) + " B" : "glibc default");
+         (mmap_threshold > 0 ? std::to_string(mmap_threshold) + " B" : "glibc default") +
+         ", block cache " + (block_cache ? "on" : "off");
 }
 
 HostMemoryPolicy apply_host_memory_policy() {
@@ -30,6 +33,8 @@ HostMemoryPolicy apply_host_memory_policy() {
         mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlock)) == 1) {
       p.mmap_threshold = kLargeBlock;
     }
+    install_host_block_cache();
+    p.block_cache = true;
   }
   p.huge_pages = env_is("THP_MEM_ALLOC_ENABLE", "1");
   if (const char* t = std::getenv("MALLOC_MMAP_THRESHOLD_")) p.mmap_threshold = std::atol(t);

@@ -7,6 +7,7 @@
 
 #include "core/digest.h"
 #include "core/error.h"
+#include "core/host_block_cache.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
@@ -119,6 +120,7 @@ void Engine::release_memory(bool include_weights) {
       }
       impl_->weights_released = true;
     }
+    HostBlockCache::instance().trim();  // the freed host blocks go back to the system
   });
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/dtype.h"
+#include "core/host_block_cache.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "dist/process_group.h"
@@ -269,6 +270,7 @@ void FsdpBackend::sleep() {
     optimizer_->to(c10::kCPU, /*pin_memory=*/true);
   }
   asleep_ = true;
+  HostBlockCache::instance().trim();  // host blocks freed by training go back to the system
   groups_->world().barrier();
 }
 

@@ -1,11 +1,17 @@
 // The host-memory policy (src/core/host_memory.h): what it sets, and that a user's own
 // settings and the opt-out win.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "core/host_block_cache.h"
 #include "core/host_memory.h"
 
 namespace furlong {
@@ -44,7 +50,8 @@ TEST(HostMemory, TurnsOnHugePagesAndFixesTheMmapThresholdByDefault) {
   EXPECT_EQ(std::string(std::getenv("THP_MEM_ALLOC_ENABLE")), "1");
   EXPECT_TRUE(policy.huge_pages);
   EXPECT_EQ(policy.mmap_threshold, 2L * 1024 * 1024);
-  EXPECT_EQ(policy.describe(), "huge pages on, mmap threshold 2097152 B");
+  EXPECT_TRUE(policy.block_cache);
+  EXPECT_EQ(policy.describe(), "huge pages on, mmap threshold 2097152 B, block cache on");
 }
 
 TEST(HostMemory, KeepsTheUsersOwnSettings) {
@@ -65,7 +72,85 @@ TEST(HostMemory, DefaultOptOutLeavesTheLibrariesAlone) {
   EXPECT_EQ(std::getenv("THP_MEM_ALLOC_ENABLE"), nullptr);
   EXPECT_FALSE(policy.huge_pages);
   EXPECT_EQ(policy.mmap_threshold, 0);
-  EXPECT_EQ(policy.describe(), "huge pages off, mmap threshold glibc default");
+  EXPECT_FALSE(policy.block_cache);
+  EXPECT_EQ(policy.describe(), "huge pages off, mmap threshold glibc default, block cache off");
+}
+
+constexpr size_t kMiB = 1u << 20;
+
+TEST(HostBlockCache, ReusesAFreedBlockOfTheSameSize) {
+  HostBlockCache cache;
+  void* first = nullptr;
+  {
+    auto a = cache.allocate(8 * kMiB);
+    first = a.get();
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(cache.stats().live_bytes, 8 * kMiB);
+  }  // the DataPtr's deleter hands the block back to the process-wide instance, not `cache`
+  // A private instance cannot receive its blocks back, so check reuse on the real one.
+  auto& shared = HostBlockCache::instance();
+  shared.trim();
+  void* p = nullptr;
+  {
+    auto b = shared.allocate(8 * kMiB);
+    p = b.get();
+  }
+  const auto before = shared.stats();
+  EXPECT_EQ(before.cached_bytes, 8 * kMiB);
+  auto c = shared.allocate(8 * kMiB);
+  EXPECT_EQ(c.get(), p);
+  EXPECT_EQ(shared.stats().hits, before.hits + 1);
+  EXPECT_EQ(shared.stats().cached_bytes, 0u);
+  (void)first;
+}
+
+TEST(HostBlockCache, NeverHoldsMoreThanThePeakLiveBytes) {
+  auto& cache = HostBlockCache::instance();
+  cache.trim();
+  const size_t base_live = cache.stats().live_bytes;
+  // Sizes that never repeat: without the bound every freed block would stay cached.
+  for (size_t i = 0; i < 40; ++i) {
+    auto a = cache.allocate((3 + i % 13) * kMiB + i * 4096);
+    auto b = cache.allocate((5 + i % 7) * kMiB + i * 8192);
+    const auto s = cache.stats();
+    EXPECT_LE(s.live_bytes + s.cached_bytes, std::max(s.peak_live_bytes, base_live)) << i;
+  }
+  const auto s = cache.stats();
+  EXPECT_LE(s.live_bytes + s.cached_bytes, s.peak_live_bytes);
+  EXPECT_GT(s.evictions, 0u);
+  cache.trim();
+  EXPECT_EQ(cache.stats().cached_bytes, 0u);
+}
+
+TEST(HostBlockCache, SmallBlocksAndRawAllocationsWork) {
+  auto& cache = HostBlockCache::instance();
+  const auto before = cache.stats();
+  auto small = cache.allocate(1024);
+  ASSERT_NE(small.get(), nullptr);
+  std::memset(small.get(), 1, 1024);
+  EXPECT_EQ(cache.stats().live_bytes, before.live_bytes);  // not cached, not counted
+  void* raw = cache.raw_allocate(4 * kMiB);
+  std::memset(raw, 2, 4 * kMiB);
+  cache.raw_deallocate(raw);
+  EXPECT_EQ(cache.stats().live_bytes, before.live_bytes);
+}
+
+TEST(HostBlockCache, TensorsFromManyThreadsKeepTheirValues) {
+  install_host_block_cache();
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &bad] {
+      for (int i = 0; i < 25; ++i) {
+        auto x = at::full({(1 << 19) + 1024 * (i % 3)}, static_cast<float>(t * 100 + i));
+        auto y = at::empty_like(x).copy_(x);
+        if (!at::equal(x, y) || y[7].item<float>() != static_cast<float>(t * 100 + i)) ++bad[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
+  EXPECT_GT(HostBlockCache::instance().stats().hits, 0u);
 }
 
 }  // namespace
