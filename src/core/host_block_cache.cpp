@@ -30,9 +30,9 @@ c10::DataPtr HostBlockCache::allocate(size_t n) {
     evict_largest_locked();
   }
   ++stats_.misses;
-  lock.unlock();
-  void* p = c10::alloc_cpu(n);  // may throw on out-of-memory; nothing is recorded then
-  lock.lock();
+  // Allocated under the lock, so no other thread can cache a block in between and break the
+  // bound. alloc_cpu may throw on out-of-memory; nothing is recorded then.
+  void* p = c10::alloc_cpu(n);
   live_.emplace(p, n);
   stats_.live_bytes += n;
   stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
