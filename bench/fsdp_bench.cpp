@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "bench_main.h"
 #include "config/flags.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -194,11 +195,5 @@ int run(const std::vector<std::string>& args) {
 }  // namespace furlong
 
 int main(int argc, char** argv) {
-  furlong::configure_host_memory();  // before any tensor exists
-  try {
-    return furlong::run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "furlong_fsdp_bench: %s\n", e.what());
-    return 1;
-  }
+  return furlong::bench_main("furlong_fsdp_bench", argc, argv, &furlong::run);
 }

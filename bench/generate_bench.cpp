@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "bench_main.h"
 #include "config/flags.h"
 #include "core/host_memory.h"
 #include "core/json_util.h"
@@ -123,11 +124,5 @@ int run(const std::vector<std::string>& args) {
 }  // namespace furlong
 
 int main(int argc, char** argv) {
-  furlong::configure_host_memory();  // before any tensor exists
-  try {
-    return furlong::run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "furlong_generate_bench: %s\n", e.what());
-    return 1;
-  }
+  return furlong::bench_main("furlong_generate_bench", argc, argv, &furlong::run);
 }

@@ -20,30 +20,23 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import run_all  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
-# The host-memory settings furlong's processes apply to themselves (src/core/host_memory.h);
-# the "tuned" transformers run gets them too, so its ratio is furlong's code alone.
-PEER_TUNED_ENV = {"THP_MEM_ALLOC_ENABLE": "1", "MALLOC_MMAP_THRESHOLD_": "2097152"}
+# The "tuned" transformers run gets the huge-page settings furlong applies to itself.
+PEER_TUNED_ENV = run_all.PEER_TUNED_ENV
 
 
 def ensure_model(name, build_dir):
-    """A random-weight HF directory for bench/configs/<name>.json plus the Qwen3 tokenizer
-    files the engine loads (cached under the build directory)."""
-    out = build_dir / "bench_models_generate" / name
-    if (out / "config.json").exists():
-        return out
-    code = (
-        "import json,sys,torch\n"
-        "from transformers import AutoConfig, AutoModelForCausalLM\n"
-        "cfg=json.load(open(sys.argv[1])); torch.manual_seed(0)\n"
-        "c=AutoConfig.for_model(cfg.pop('model_type'), **{k:v for k,v in cfg.items() if k!='architectures'})\n"
-        "AutoModelForCausalLM.from_config(c).save_pretrained(sys.argv[2])\n")
-    subprocess.run([PY, "-c", code, str(ROOT / "bench" / "configs" / f"{name}.json"), str(out)],
-                   check=True, capture_output=True)
+    """bench/run_all.py's random-weight HF directory for bench/configs/<name>.json, plus the
+    Qwen3 tokenizer files the engine loads."""
+    out = run_all.ensure_model(name, build_dir)
     tok = ROOT / ".cache" / "tokenizers" / "qwen3"
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tok / f, out / f)
+        if not (out / f).exists():
+            shutil.copy(tok / f, out / f)
     return out
 
 
@@ -135,7 +128,7 @@ def main():
            "sampling": "temperature 1, no top-k/top-p, ignore eos, seeded",
            "note": "one run per cell after a warm-up, on an otherwise idle 2-core machine "
                    "(CPU contention slows transformers more than furlong and inflates the "
-                   "ratios). 'transformers_tuned' runs with the host-memory settings furlong "
+                   "ratios). 'transformers_tuned' runs with the huge-page settings furlong "
                    "applies to itself (PEER_TUNED_ENV). "
                    "exact_logprobs (trainer-identical log-probs, one more prefill of prompt + "
                    "output per request) is recorded per furlong run.",
