@@ -1,7 +1,8 @@
-// The local launcher: fork/exec one child per rank, each in its own process group (so a stop
+// The local launcher: one ChildProcess per rank, each in its own process group (so a stop
 // reaches whatever the rank started), its stdout/stderr on pipes that a poll() loop turns into
-// prefixed lines. Signals reach the loop through a self-pipe; children are reaped by pid only,
-// so other children of the calling process are left alone.
+// prefixed lines. Signals reach the loop through a self-pipe; children are reaped by pid only
+// (ChildProcess), so other children of the calling process are left alone, and a rank that was
+// reaped is never signalled again.
 #include "dist/launcher.h"
 
 #include <arpa/inet.h>
@@ -10,9 +11,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,11 +19,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/child_process.h"
 
 extern char** environ;
 
@@ -123,66 +124,31 @@ std::vector<std::string> common_environment(const LaunchOptions& o, int port) {
   return env;
 }
 
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 struct Rank {
-  pid_t pid = -1;
-  int fd[2] = {-1, -1};  // read ends of the child's stdout, stderr
+  std::unique_ptr<ChildProcess> child;
   std::string partial[2];
   bool running = false;
+  int fd(int stream) const {
+    return child ? (stream == 0 ? child->stdout_fd() : child->stderr_fd()) : -1;
+  }
 };
 
-// Forks one rank; the child runs `argv` with `env`, stdout/stderr on new pipes.
-void spawn(Rank& r, std::vector<std::string> argv, std::vector<std::string> env) {
-  int out[2], err[2];
-  FURLONG_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0,
-                "launch: cannot create pipes: ", std::strerror(errno));
-  // Everything the child touches is prepared before fork (only async-signal-safe calls after).
-  auto c_argv = c_strings(argv);
-  auto c_env = c_strings(env);
-  std::string failure = "launch: cannot execute '" + argv[0] + "': ";
-  // Ranks run in background process groups: reading the terminal would stop them (SIGTTIN).
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int fork_errno = errno;
-    for (int fd : {out[0], out[1], err[0], err[1], devnull}) ::close(fd);
-    FURLONG_FAIL("launch: fork failed: ", std::strerror(fork_errno));
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a launcher that was killed
-    if (::getppid() != parent) ::_exit(1);
-    for (int signo : {SIGINT, SIGTERM, SIGCHLD}) ::signal(signo, SIG_DFL);  // not the launcher's
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    ::execvpe(c_argv[0], c_argv.data(), c_env.data());
-    const char* why = std::strerror(errno);
-    ssize_t ignored = ::write(2, failure.data(), failure.size());
-    ignored = ::write(2, why, std::strlen(why));
-    ignored = ::write(2, "\n", 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also from the parent, so a signal sent right away finds the group
-  ::close(out[1]);
-  ::close(err[1]);
-  if (devnull >= 0) ::close(devnull);
-  r.pid = pid;
-  r.fd[0] = out[0];
-  r.fd[1] = err[0];
+// Starts one rank: `argv` with `env`, in its own process group (so a stop reaches whatever the
+// rank started; background groups also keep it from reading the terminal, which would stop it
+// with SIGTTIN), stdout/stderr on pipes, killed by the kernel if the launcher dies.
+void spawn(Rank& r, std::vector<std::string> argv, std::vector<std::string> env,
+           std::chrono::milliseconds kill_grace) {
+  ChildOptions o;
+  o.argv = std::move(argv);
+  o.env = std::move(env);
+  o.pipe_output = true;
+  o.stdin_from_dev_null = true;
+  o.own_process_group = true;
+  o.die_with_parent = true;
+  o.kill_grace = kill_grace;
+  o.exec_failure_prefix = "launch: ";
+  r.child = std::make_unique<ChildProcess>(std::move(o));
   r.running = true;
-  for (int fd : r.fd) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 void write_all(int fd, const std::string& text) {
@@ -239,7 +205,7 @@ void Launch::start_all() {
     auto env = common;
     env.push_back("RANK=" + std::to_string(r));
     env.push_back("LOCAL_RANK=" + std::to_string(r));
-    spawn(ranks_[r], o_.command, std::move(env));
+    spawn(ranks_[r], o_.command, std::move(env), o_.kill_grace);
   }
 }
 
@@ -248,7 +214,7 @@ void Launch::read_stream(int rank, int stream) {
   Rank& r = ranks_[rank];
   char buf[65536];
   while (true) {
-    ssize_t n = ::read(r.fd[stream], buf, sizeof(buf));
+    ssize_t n = ::read(r.fd(stream), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     std::string& pending = r.partial[stream];
@@ -265,8 +231,7 @@ void Launch::read_stream(int rank, int stream) {
     }
     if (!pending.empty()) emit("[rank " + std::to_string(rank) + "] " + pending, stream == 1);
     pending.clear();
-    ::close(r.fd[stream]);
-    r.fd[stream] = -1;
+    r.child->close_output(stream);
     return;
   }
 }
@@ -276,8 +241,8 @@ void Launch::pump(int timeout_ms) {
   std::vector<std::pair<int, int>> owners{{-1, -1}};
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     for (int s = 0; s < 2; ++s) {
-      if (ranks_[r].fd[s] < 0) continue;
-      fds.push_back({ranks_[r].fd[s], POLLIN, 0});
+      if (ranks_[r].fd(s) < 0) continue;
+      fds.push_back({ranks_[r].fd(s), POLLIN, 0});
       owners.emplace_back(r, s);
     }
   }
@@ -293,18 +258,14 @@ void Launch::reap() {
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     Rank& rank = ranks_[r];
     if (!rank.running) continue;
-    int status = 0;
-    pid_t pid = ::waitpid(rank.pid, &status, WNOHANG);
-    if (pid != rank.pid) continue;
+    auto status = rank.child->try_wait();
+    if (!status) continue;
     rank.running = false;
-    int code = WIFEXITED(status)     ? WEXITSTATUS(status)
-               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                     : 1;
+    int code = status->shell_code();
     if (code == 0 || failure_) continue;
     failure_ = code;
-    std::string how = WIFSIGNALED(status)
-                          ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                          : "exited with status " + std::to_string(code);
+    std::string how = status->signal != 0 ? "was killed by signal " + std::to_string(status->signal)
+                                          : "exited with status " + std::to_string(code);
     note("rank " + std::to_string(r) + " " + how + "; stopping the other ranks");
     stop_all(SIGTERM);
   }
@@ -323,7 +284,7 @@ void Launch::handle_signals() {
 // Sends `signo` to every running rank's process group and arms the SIGKILL deadline.
 void Launch::stop_all(int signo) {
   for (const Rank& r : ranks_) {
-    if (r.running) ::kill(-r.pid, signo);
+    if (r.running) r.child->signal(signo);
   }
   if (!kill_at_) kill_at_ = Clock::now() + o_.kill_grace;
 }
@@ -331,13 +292,13 @@ void Launch::stop_all(int signo) {
 void Launch::kill_survivors() {
   for (Rank& r : ranks_) {
     if (r.running) {
-      ::kill(-r.pid, SIGKILL);
-      ::waitpid(r.pid, nullptr, 0);
+      r.child->signal(SIGKILL);
+      r.child->wait();
       r.running = false;
     }
-    for (int& fd : r.fd) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
+    if (r.child) {
+      r.child->close_output(0);
+      r.child->close_output(1);
     }
   }
 }
@@ -347,7 +308,7 @@ bool Launch::any_running() const {
 }
 bool Launch::any_open() const {
   return std::any_of(ranks_.begin(), ranks_.end(),
-                     [](const Rank& r) { return r.fd[0] >= 0 || r.fd[1] >= 0; });
+                     [](const Rank& r) { return r.fd(0) >= 0 || r.fd(1) >= 0; });
 }
 
 int Launch::run() {
@@ -361,7 +322,7 @@ int Launch::run() {
     if (kill_at_ && now >= *kill_at_ && !killed_ && any_running()) {
       note("ranks still running after the grace period; sending SIGKILL");
       for (const Rank& r : ranks_) {
-        if (r.running) ::kill(-r.pid, SIGKILL);
+        if (r.running) r.child->signal(SIGKILL);
       }
       killed_ = true;
     }
