@@ -117,7 +117,7 @@ int run(const std::vector<std::string>& args) {
   t.precision.compute_dtype = o.compute_dtype;
   t.precision.keep_fp32_master = o.keep_fp32_master;
   t.optimizer.lr = 1e-5;
-  t.batch.loss_type = "sft_loss";
+  t.batch.loss_type = train::LossType::kSftLoss;
   t.batch.micro_batch_size = o.micro_batch_size > 0 ? o.micro_batch_size : o.docs / world;
   t.derived.global_batch_size = o.docs;
   t.derived.num_rollout = t.derived.train_iters = o.warmup + o.iters;

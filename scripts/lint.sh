@@ -7,4 +7,5 @@ if [ -n "$files" ]; then
   clang-format --dry-run -Werror $files
 fi
 python3 scripts/check_layering.py
+python3 scripts/check_comment_flags.py
 echo "lint: ok"

@@ -17,8 +17,7 @@ int run_train(const std::vector<std::string>& args) {
   register_flags(flags, o);
   if (!flags.parse(args)) return 0;
   apply_runtime_options({.num_threads = o.logging.num_threads});
-  if (o.batch.loss_type == "sft") o.batch.loss_type = "sft_loss";
-  if (o.batch.loss_type == "policy_loss") return train::run_rl(o);
+  if (o.batch.loss_type == train::LossType::kPolicyLoss) return train::run_rl(o);
   return train::run_sft(o);
 }
 

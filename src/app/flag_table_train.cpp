@@ -72,6 +72,12 @@ void add_optimizer_flags(config::FlagSet& f, train::OptimizerOptions& o) {
   f.add("clip-grad", &o.clip_grad, "global gradient-norm clipping (0 = off)");
 }
 
+void add_guard_flags(config::FlagSet& f, train::TrainingGuardOptions& g) {
+  f.add("skip-nonfinite-steps", &g.skip_nonfinite_steps,
+        "skip an optimizer step whose gradient norm is NaN or inf (default: stop the run "
+        "naming the step); non-finite weights are never saved or synced either way");
+}
+
 void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOptions& d) {
   f.set_group("Batches and loss");
   f.add("global-batch-size", &b.global_batch_size, "samples per optimizer step (all ranks)");
@@ -82,9 +88,9 @@ void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOpti
   f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu, "token budget of a dynamic micro-batch");
   f.add("calculate-per-token-loss", &b.calculate_per_token_loss,
         "sum the loss over tokens instead of averaging per sample");
-  f.add("loss-type", &b.loss_type,
-        "policy_loss (RL) or sft_loss (alias sft: supervised fine-tuning)")
-      .choices = {"sft_loss", "sft", "policy_loss"};
+  f.add_enum<train::LossType>("loss-type", &b.loss_type, {"sft_loss", "sft", "policy_loss"},
+                              train::parse_loss_type,
+                              "policy_loss (RL) or sft_loss (alias sft: supervised fine-tuning)");
   f.add("rollout-batch-size", &d.rollout_batch_size,
         "prompts per rollout (SFT: samples per rollout; default: the global batch size)");
   f.add("n-samples-per-prompt", &d.n_samples_per_prompt, "samples generated per prompt");
@@ -156,6 +162,9 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
   f.add("engine-startup-timeout", &r.engine_startup_timeout,
         "seconds an engine server may take to answer /health (a server furlong started fails "
         "at once if its process exits)");
+  f.add("rollout-engine-request-timeout", &r.rollout_engine_request_timeout,
+        "seconds a request to an engine server may go unanswered before the run fails naming "
+        "the engine (0 = no bound); a long wait is logged every 30 s (or a quarter of the bound)");
 }
 
 void add_eval_flags(config::FlagSet& f, train::EvalOptions& e) {
@@ -173,8 +182,10 @@ void add_eval_flags(config::FlagSet& f, train::EvalOptions& e) {
 
 void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
   f.set_group("Algorithm");
-  f.add("advantage-estimator", &a.advantage_estimator, "advantages from rewards").choices = {
-      "grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"};
+  f.add_enum<rl::AdvantageEstimator>(
+      "advantage-estimator", &a.advantage_estimator,
+      {"grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"},
+      rl::parse_advantage_estimator, "advantages from rewards");
   f.add("disable-rewards-normalization", &a.disable_rewards_normalization,
         "use raw rewards (no group mean/std normalization)");
   f.add("disable-grpo-std-normalization", &a.disable_grpo_std_normalization,
@@ -187,7 +198,11 @@ void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
   f.add("eps-clip-c", &a.eps_clip_c, "dual-clip constant (> 1) for negative advantages");
   f.add("use-kl-loss", &a.use_kl_loss, "add a KL loss to the reference model");
   f.add("kl-loss-coef", &a.kl_loss_coef, "weight of the KL loss (0 = monitor only)");
-  f.add("kl-loss-type", &a.kl_loss_type, "KL estimator").choices = {"k1", "k2", "k3", "low_var_kl"};
+  f.add_enum<rl::KlType>(
+      "kl-loss-type", &a.kl_loss_type, {"k1", "k2", "k3", "low_var_kl"},
+      [](const std::string& name) { return rl::parse_kl_type(name); }, "KL estimator");
+  f.add("use-unbiased-kl", &a.use_unbiased_kl,
+        "weight the KL loss by the importance ratio pi/pi_old (unbiased under off-policy data)");
   f.add("kl-coef", &a.kl_coef, "reward-level KL coefficient (reinforce_plus_plus*)");
   f.add("entropy-coef", &a.entropy_coef, "entropy bonus coefficient");
   f.add("use-rollout-logprobs", &a.use_rollout_logprobs,
@@ -195,6 +210,10 @@ void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
   f.add("use-tis", &a.use_tis, "truncated importance sampling (rollout vs trainer log-probs)");
   f.add("tis-clip", &a.tis_clip, "upper clip of the TIS weight");
   f.add("tis-clip-low", &a.tis_clip_low, "lower clip of the TIS weight");
+  f.add("use-opsm", &a.use_opsm,
+        "off-policy sequence masking: drop the loss of negative-advantage tokens in samples "
+        "whose mean (old - current) log-prob exceeds --opsm-delta");
+  f.add("opsm-delta", &a.opsm_delta, "OPSM threshold on a sample's mean log-prob drift");
 }
 
 void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
@@ -220,6 +239,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_model_flags(f, o.model, o.parallel);
   add_parallel_flags(f, o.parallel, o.precision);
   add_optimizer_flags(f, o.optimizer);
+  add_guard_flags(f, o.training_guard);
   add_batch_flags(f, o.batch, o.data);
   add_data_flags(f, o.data);
   add_rollout_flags(f, o.rollout);

@@ -3,8 +3,9 @@
 // A FlagSet is a table: each entry binds a flag name (miles' spelling, e.g. "global-batch-size")
 // to one field; the field's value at registration is the default. Parsing applies, in order,
 // defaults < YAML file (--config, keys spelled with '_' as miles writes them, or '-') < command
-// line. Every boolean has --x and --no-x. Unknown flags and YAML keys are errors with a
-// did-you-mean hint. The same table renders --help and the markdown CLI reference.
+// line. Every boolean flag has a negated form (--fused-kernels, --no-fused-kernels). Unknown
+// flags and YAML keys are errors with a did-you-mean hint. The same table renders --help and the
+// markdown CLI reference.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace furlong::config {
 
@@ -46,6 +49,36 @@ class FlagSet {
   Flag& add(const std::string& name, std::optional<std::string>* field, const std::string& help);
   Flag& add(const std::string& name, std::vector<int64_t>* field, const std::string& help);
   Flag& add(const std::string& name, std::vector<std::string>* field, const std::string& help);
+
+  // An enum field, parsed once here: `choices` are the accepted spellings (aliases allowed),
+  // `parse` maps one to its value and fails with a message for anything else (it sees values
+  // outside `choices` only through YAML/CLI typos, which apply() also reports). The field's
+  // value at registration is the default; its text is the first choice that parses to it.
+  template <typename E>
+  Flag& add_enum(const std::string& name, E* field, std::vector<std::string> choices,
+                 std::function<E(const std::string&)> parse, const std::string& help) {
+    std::string default_text;
+    for (const auto& c : choices) {
+      if (parse(c) == *field) {
+        default_text = c;
+        break;
+      }
+    }
+    FURLONG_ASSERT(!default_text.empty(), "flag --", name, ": its default is not a choice");
+    Flag flag{name,
+              FlagType::kString,
+              help,
+              "",
+              default_text,
+              std::move(choices),
+              false,
+              false,
+              [field, parse](const std::vector<std::string>& v, const std::string& src) {
+                FURLONG_CHECK(v.size() == 1, src, ": expected one value, got ", v.size());
+                *field = parse(v[0]);
+              }};
+    return add_flag(std::move(flag));
+  }
 
   // Subsequent add() calls go into this help group.
   void set_group(std::string group) { group_ = std::move(group); }

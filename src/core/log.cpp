@@ -31,9 +31,6 @@ std::mutex g_log_mutex;
 
 }  // namespace
 
-void set_log_level(LogLevel level) {
-  level_storage() = static_cast<int>(level);
-}
 LogLevel log_level() {
   return static_cast<LogLevel>(level_storage().load());
 }

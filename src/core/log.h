@@ -10,7 +10,6 @@ namespace furlong {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
-void set_log_level(LogLevel level);
 LogLevel log_level();
 // Rank shown in every line once set (-1 = not distributed, no prefix).
 void set_log_rank(int rank);

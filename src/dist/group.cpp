@@ -292,6 +292,30 @@ void Group::barrier() {
       .wait();
 }
 
+double Group::all_reduce_sum(double value) {
+  auto t = at::tensor({value}, at::kDouble);
+  all_reduce_sum(t);
+  return t.item<double>();
+}
+
+int64_t Group::all_reduce_max(int64_t value) {
+  auto mine = at::tensor({value}, at::kLong);
+  auto all = at::empty({size()}, at::kLong);
+  all_gather(all, mine);
+  return all.max().item<int64_t>();
+}
+
+std::map<std::string, double> Group::all_reduce_sum(std::map<std::string, double> values) {
+  if (values.empty()) return values;
+  std::vector<double> flat;
+  for (const auto& entry : values) flat.push_back(entry.second);
+  auto totals = at::tensor(flat, at::kDouble);
+  all_reduce_sum(totals);
+  auto* total = totals.data_ptr<double>();
+  for (auto& entry : values) entry.second = *total++;
+  return values;
+}
+
 std::vector<std::string> Group::all_gather_strings(const std::string& value) {
   const Impl& g = *impl_;
   if (g.size == 1) return {value};

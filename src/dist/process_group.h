@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,6 +123,11 @@ class Group {
   void reduce_scatter_sum_overwriting_input(at::Tensor& out, at::Tensor& in);
   void broadcast(at::Tensor& tensor, int root);  // root is a group rank
   void barrier();
+  // Host-value conveniences, one collective each (fp64 sums, so integer counts stay exact).
+  double all_reduce_sum(double value);
+  int64_t all_reduce_max(int64_t value);
+  // Sums every entry over the group; every member passes the same keys.
+  std::map<std::string, double> all_reduce_sum(std::map<std::string, double> values);
   // Every member's string, by group rank (metrics, checkpoint metadata).
   std::vector<std::string> all_gather_strings(const std::string& value);
 

@@ -17,10 +17,6 @@ AttnImpl parse_attn_impl(const std::string& name, const std::string& where) {
                "'; expected sdpa (fused kernel, default) or eager (plain math reference)");
 }
 
-std::string attn_impl_name(AttnImpl impl) {
-  return impl == AttnImpl::kSdpa ? "sdpa" : "eager";
-}
-
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
   if (fused && kernels::supported(x) && weight.scalar_type() == x.scalar_type()) {
     return kernels::rms_norm(x, weight, eps);

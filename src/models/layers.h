@@ -21,7 +21,6 @@ enum class AttnImpl {
   kEager,  // plain matmul + fp32 softmax, transformers' "eager" path; the reference
 };
 AttnImpl parse_attn_impl(const std::string& name, const std::string& where);
-std::string attn_impl_name(AttnImpl impl);
 
 // RMSNorm as transformers computes it: normalize in fp32, cast back, then scale.
 // `fused` uses the one-pass CPU kernel where it applies (CPU, fp32/bf16), else ATen ops.

@@ -229,4 +229,55 @@ at::Tensor compute_and_whiten_advantages(const AdvantageInputs& inputs,
   return whiten_advantages(a_T, advantage_moments(a_T, layout.loss_mask_T));
 }
 
+namespace {
+
+at::Tensor concat_or_empty(const std::vector<at::Tensor>& parts) {
+  if (parts.empty()) return at::zeros({0}, at::kFloat);
+  return at::cat(parts);
+}
+
+at::Tensor float_tensor(const std::vector<float>& v) {
+  return at::tensor(v, at::kFloat).reshape({static_cast<int64_t>(v.size())});
+}
+
+}  // namespace
+
+RolloutAdvantages compute_rollout_advantages(
+    const RolloutAdvantageInputs& in, const RewardNormOptions& reward_options,
+    const AdvantageOptions& options, const std::function<void(at::Tensor&)>& sum_over_ranks) {
+  FURLONG_CHECK(in.rollout != nullptr, "advantages: no rollout given");
+  const auto& rollout = *in.rollout;
+  std::vector<double> raw;
+  std::vector<int64_t> group_index;
+  for (const auto& s : rollout) {
+    raw.push_back(s.raw_reward);
+    group_index.push_back(s.group_index);
+  }
+  const auto normalized = normalize_group_rewards(raw, group_index, {}, reward_options);
+
+  RolloutAdvantages out;
+  std::vector<int64_t> lengths;
+  std::vector<float> mask, rewards;
+  for (size_t i : in.local) {
+    const auto& s = rollout.at(i);
+    lengths.push_back(s.response_length);
+    for (float m : s.loss_mask) mask.push_back(s.remove ? 0.0f : m);
+    out.rewards.push_back(normalized[i]);
+    rewards.push_back(static_cast<float>(normalized[i]));
+  }
+  auto layout = make_response_layout(lengths, float_tensor(mask));
+  AdvantageInputs inputs{.rewards_S = float_tensor(rewards),
+                         .log_probs_T = concat_or_empty(in.old_log_probs),
+                         .ref_log_probs_T = concat_or_empty(in.ref_log_probs)};
+  auto advantages_T = compute_advantages(inputs, layout, options);
+  if (options.normalize_advantages) {
+    auto moments = advantage_moments(advantages_T, layout.loss_mask_T).to(at::kDouble);
+    sum_over_ranks(moments);
+    advantages_T = whiten_advantages(advantages_T, moments.to(at::kFloat));
+  }
+  for (auto& piece : advantages_T.split_with_sizes(lengths))
+    out.advantages.push_back(piece.clone());
+  return out;
+}
+
 }  // namespace furlong::rl

@@ -1,10 +1,9 @@
-// Rewards to per-token advantages (miles' train_data_conversion, spec sections 6.1 and 6.4).
-//
-// Two steps, as miles splits them:
-//  1. normalize_group_rewards (rollout side): per prompt group, subtract the group mean and,
-//     for grpo/gspo with std normalization, divide by (unbiased std + 1e-6). The result is the
-//     sample's `reward`; the raw reward is kept separately.
-//  2. compute_advantages (train side): per-token advantages over the flat response layout.
+// Rewards to per-token advantages (miles' reward post-processing and
+// compute_advantages_and_returns). compute_rollout_advantages is the whole stage in one call;
+// the pieces below it are its steps:
+//  1. normalize_group_rewards: per prompt group, subtract the group mean and, for grpo/gspo
+//     with std normalization, divide by (unbiased std + 1e-6). The raw reward is kept apart.
+//  2. compute_advantages: per-token advantages over the flat response layout.
 //     grpo/gspo: A_t = R_i. reinforce_plus_plus: token rewards -kl_coef * KL_t (masked), R_i
 //     added at the last position with mask 1, discounted returns G_t = r_t + gamma * G_{t+1}.
 //     reinforce_plus_plus_baseline: A_t = R_i - kl_coef * KL_t (masked).
@@ -14,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -83,6 +83,26 @@ at::Tensor advantage_moments(const at::Tensor& advantages_T, const at::Tensor& l
 // (A - mean) / sqrt(var_unbiased + 1e-8), mean and var from `moments` (advantage_moments'
 // layout). With fewer than 2 masked tokens the variance has no unbiased estimate: var = 0 then.
 at::Tensor whiten_advantages(const at::Tensor& advantages_T, const at::Tensor& moments);
+
+// The advantage stage of one rollout (what the training step names). Every rank passes the
+// whole rollout (to normalize rewards within each prompt group, whichever rank holds its
+// members) and the old-policy / reference log-probs of its own samples, fp32 [response_length]
+// each (`ref_log_probs` empty without a reference model). With --normalize-advantages the
+// moments are summed over the data-parallel group by `sum_over_ranks` (in place, fp64), so the
+// whitening spans the whole batch.
+struct RolloutAdvantageInputs {
+  const std::vector<Sample>* rollout = nullptr;
+  std::vector<size_t> local;  // indices into *rollout of this rank's samples
+  std::vector<at::Tensor> old_log_probs;
+  std::vector<at::Tensor> ref_log_probs;
+};
+struct RolloutAdvantages {
+  std::vector<double> rewards;         // per local sample: its group-normalized reward
+  std::vector<at::Tensor> advantages;  // per local sample: fp32 [response_length]
+};
+RolloutAdvantages compute_rollout_advantages(
+    const RolloutAdvantageInputs& inputs, const RewardNormOptions& reward_options,
+    const AdvantageOptions& options, const std::function<void(at::Tensor&)>& sum_over_ranks);
 
 // compute_advantages, then whitening over this micro-batch alone if normalize_advantages.
 at::Tensor compute_and_whiten_advantages(const AdvantageInputs& inputs,

@@ -12,6 +12,13 @@ int64_t ResponseLayout::num_tokens() const {
   return std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
 }
 
+ResponseLayout ResponseLayout::to(const at::Device& device) const {
+  return {.lengths = lengths,
+          .loss_mask_T = loss_mask_T.to(device),
+          .sample_T = sample_T.to(device),
+          .denominator_S = denominator_S.to(device)};
+}
+
 namespace {
 
 at::Tensor sample_index_of_tokens(const std::vector<int64_t>& lengths, int64_t total,

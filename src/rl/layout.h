@@ -23,6 +23,8 @@ struct ResponseLayout {
 
   int64_t num_samples() const { return static_cast<int64_t>(lengths.size()); }
   int64_t num_tokens() const;
+  // The same layout with its tensors on `device` (no copy when they are there already).
+  ResponseLayout to(const at::Device& device) const;
 };
 
 // Builds the layout; checks that the mask has sum(lengths) entries. `denominators`, if given,

@@ -129,7 +129,9 @@ at::Tensor ess_ratio_per_token(const at::Tensor& ppo_kl_T, const ResponseLayout&
 at::Tensor opsm_keep_mask(const at::Tensor& ppo_kl_T, const at::Tensor& advantages_T,
                           const ResponseLayout& layout, double delta) {
   auto seq_kl_T = broadcast_to_tokens(masked_mean_per_sample(ppo_kl_T, layout), layout);
-  return 1.0 - at::logical_and(advantages_T<0, seq_kl_T> delta).to(at::kFloat);
+  auto negative_T = advantages_T < 0;
+  auto drifted_T = seq_kl_T > delta;
+  return 1.0 - at::logical_and(negative_T, drifted_T).to(at::kFloat);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The policy-gradient loss of a micro-batch (miles' policy_loss_function and loss_function,
-// spec sections 6.5 and 6.6), over the flat response layout of rl/layout.h.
+// The policy-gradient loss of a micro-batch (miles' policy_loss_function and loss_function),
+// over the flat response layout of rl/layout.h.
 //
 // Per token (masked tokens count for nothing):
 //   ppo_kl_t = logp_old - logp (0 at masked tokens, NaN/inf -> 0); GSPO: the sample's masked

@@ -4,22 +4,6 @@
 
 namespace furlong::rl {
 
-const char* status_name(SampleStatus status) {
-  switch (status) {
-    case SampleStatus::kPending:
-      return "pending";
-    case SampleStatus::kCompleted:
-      return "completed";
-    case SampleStatus::kTruncated:
-      return "truncated";
-    case SampleStatus::kAborted:
-      return "aborted";
-    case SampleStatus::kFailed:
-      return "failed";
-  }
-  return "unknown";
-}
-
 double Sample::mask_sum() const {
   if (remove) return 0.0;
   double s = 0.0;

@@ -12,7 +12,6 @@
 namespace furlong::rl {
 
 enum class SampleStatus { kPending, kCompleted, kTruncated, kAborted, kFailed };
-const char* status_name(SampleStatus status);
 
 struct Sample {
   int64_t index = 0;        // unique id (ordering)

@@ -53,11 +53,15 @@ double group_reward_std(const SampleGroup& group) {
   return std::sqrt(sq / (n - 1.0));
 }
 
-std::string zero_std_reason(double first_reward) {
+std::string rounded_reward_text(double reward) {
   // round(x, 1) is the correctly rounded one-decimal value of x: what "%.1f" prints.
   char buf[400];
-  std::snprintf(buf, sizeof(buf), "%.1f", first_reward);
-  return "zero_std_" + python_float_repr(std::strtod(buf, nullptr));
+  std::snprintf(buf, sizeof(buf), "%.1f", reward);
+  return python_float_repr(std::strtod(buf, nullptr));
+}
+
+std::string zero_std_reason(double first_reward) {
+  return "zero_std_" + rounded_reward_text(first_reward);
 }
 
 FilterDecision check_reward_nonzero_std(const SampleGroup& group) {

@@ -1,7 +1,8 @@
-// Dynamic sampling (spec section 2.4): filters that accept or reject a finished group, the
-// bookkeeping of a collection step that over-samples until `rollout_batch_size` groups are kept,
-// and the buffer that holds aborted groups under --partial-rollout. Pure functions over groups
-// of rl::Sample; a group's reward is its samples' raw_reward (the reward-key-selected value).
+// Dynamic sampling (miles' dynamic_sampling_filters): filters that accept or reject a finished
+// group, the bookkeeping of a collection step that over-samples until `rollout_batch_size`
+// groups are kept, and a FIFO buffer for aborted groups (partial rollouts: no flag uses it yet).
+// Pure functions over groups of rl::Sample; a group's reward is its samples' raw_reward (the
+// reward-key-selected value).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,9 @@ using DynamicFilter = std::function<FilterDecision(const SampleGroup&)>;
 // Unbiased (n-1) float64 standard deviation of the group's raw rewards; NaN for one sample
 // (as torch.std), so a one-sample group never passes check_reward_nonzero_std.
 double group_reward_std(const SampleGroup& group);
-// "zero_std_<first reward rounded to 1 decimal, as Python prints it>", e.g. zero_std_0.0.
+// A reward rounded to 1 decimal, as Python prints round(x, 1): "0.0", "1.0", "-0.5".
+std::string rounded_reward_text(double reward);
+// "zero_std_" + rounded_reward_text(first reward), e.g. zero_std_0.0.
 std::string zero_std_reason(double first_reward);
 
 // Keep iff the reward std is > 1e-8 (DAPO: drop all-correct / all-wrong groups).
@@ -80,8 +83,9 @@ class GroupCollector {
 int64_t resolve_over_sampling_batch_size(int64_t rollout_batch_size,
                                          std::optional<int64_t> over_sampling_batch_size);
 
-// Groups aborted at the end of a step under --partial-rollout wait here (FIFO) and are served
-// before fresh prompts. Each sample gets metadata.start_rollout_id (kept if already set).
+// Groups aborted at the end of a step can wait here (FIFO) to be served before fresh prompts
+// (miles' partial rollouts; furlong has no flag that reaches this yet). Each sample gets
+// metadata.start_rollout_id (kept if already set).
 class RolloutBuffer {
  public:
   explicit RolloutBuffer(int64_t n_samples_per_prompt);

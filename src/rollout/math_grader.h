@@ -1,4 +1,4 @@
-// The math answer grader behind --rm-type math / deepscaler (spec section 5), following miles'
+// The math answer grader behind --rm-type math / deepscaler, following miles'
 // rm_hub math utilities (the Hendrycks MATH / PRM800K graders):
 //   * the answer is the content of the last \boxed{...} (braces matched; nothing if the box is
 //     unbalanced or written without braces; \fbox is not accepted);

@@ -125,7 +125,7 @@ double select_reward_value(const Json& reward, const std::string& reward_key,
   return value->get<double>();
 }
 
-RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {
+RewardGrader::RewardGrader(RewardOptions options) : options_(std::move(options)) {
   FURLONG_CHECK(options_.max_concurrency >= 1, "reward concurrency must be >= 1, got ",
                 options_.max_concurrency);
   if (!options_.rm_type.empty()) check_known(options_.rm_type, "--rm-type");
@@ -137,9 +137,9 @@ RewardModel::RewardModel(RewardOptions options) : options_(std::move(options)) {
   }
 }
 
-RewardModel::~RewardModel() = default;
+RewardGrader::~RewardGrader() = default;
 
-std::string RewardModel::rm_type_for(const rl::Sample& sample) const {
+std::string RewardGrader::rm_type_for(const rl::Sample& sample) const {
   if (sample.metadata.is_object()) {
     auto it = sample.metadata.find("rm_type");
     if (it != sample.metadata.end() && it->is_string()) return it->get<std::string>();
@@ -147,7 +147,7 @@ std::string RewardModel::rm_type_for(const rl::Sample& sample) const {
   return options_.rm_type;
 }
 
-Json RewardModel::score(const rl::Sample& sample) const {
+Json RewardGrader::score(const rl::Sample& sample) const {
   const std::string where = "sample " + std::to_string(sample.index);
   const std::string rm_type = rm_type_for(sample);
   check_known(rm_type, where);
@@ -158,14 +158,14 @@ Json RewardModel::score(const rl::Sample& sample) const {
   return builtin_reward(rm_type, sample.response, sample.label, sample.metadata);
 }
 
-RewardStats RewardModel::compute_rewards(std::vector<rl::Sample>& samples) const {
+RewardStats RewardGrader::compute_rewards(std::vector<rl::Sample>& samples) const {
   std::vector<rl::Sample*> pointers;
   pointers.reserve(samples.size());
   for (auto& s : samples) pointers.push_back(&s);
   return compute_rewards(pointers);
 }
 
-RewardStats RewardModel::compute_rewards(const std::vector<rl::Sample*>& samples) const {
+RewardStats RewardGrader::compute_rewards(const std::vector<rl::Sample*>& samples) const {
   std::vector<rl::Sample*> todo;
   RewardStats stats;
   for (rl::Sample* s : samples) {

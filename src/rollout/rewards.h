@@ -1,4 +1,4 @@
-// Rewards (spec section 5): the built-in reward types behind --rm-type, the remote reward server,
+// Rewards (miles' rm_hub): the built-in reward types behind --rm-type, the remote reward server,
 // --reward-key selection, and the batch entry point that scores a rollout's samples.
 //
 // Resolution per sample: metadata["rm_type"] (a string) overrides --rm-type. A "boxed_" prefix
@@ -27,7 +27,7 @@ using RewardFunction =
 // The reward types --rm-type accepts (base names; each also works with the boxed_ prefix):
 // math, deepscaler, dapo, f1, exact_match, remote_rm, then any registered ones.
 std::vector<std::string> known_reward_types();
-// Adds a reward type (the C++ counterpart of miles' --custom-rm-path). Names must be new, not
+// Adds a reward type (the C++ counterpart of miles' custom_rm_path). Names must be new, not
 // remote_rm and not start with boxed_. Thread-safe; `function` may be called concurrently.
 void register_reward_type(const std::string& name, RewardFunction function);
 
@@ -57,10 +57,12 @@ struct RewardStats {
   int64_t remote_failures = 0;  // counted failures (fail_on_remote_error = false)
 };
 
-class RewardModel {
+// Grades a rollout's samples: dispatches each to its rule-based grader (--rm-type, or the
+// sample's metadata rm_type) or to the remote reward server (--rm-url). Not a learned model.
+class RewardGrader {
  public:
-  explicit RewardModel(RewardOptions options);
-  ~RewardModel();
+  explicit RewardGrader(RewardOptions options);
+  ~RewardGrader();
 
   // The reward type of `sample` (metadata.rm_type over --rm-type).
   std::string rm_type_for(const rl::Sample& sample) const;

@@ -1,4 +1,4 @@
-// Building rl::Sample objects on the rollout side (spec sections 2.1, 2.2, 3, 4.2): prompt
+// Building rl::Sample objects on the rollout side: prompt
 // groups with their running group/sample ids, the token budget of one generate call, and
 // folding an engine response (token ids, log-probs, finish reason) into a sample.
 #pragma once

@@ -1,4 +1,4 @@
-// The non-math built-in rewards of spec section 5: dapo ("Answer:" lines), SQuAD-style token F1
+// The non-math built-in rewards of --rm-type: dapo ("Answer:" lines), SQuAD-style token F1
 // and exact match. They follow miles' Python graders character for character on ASCII text.
 #pragma once
 

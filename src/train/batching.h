@@ -1,5 +1,5 @@
 // Splitting a rollout's samples across data-parallel ranks, into optimizer steps and into
-// micro-batches (miles' FSDP rules, spec section 6.1-6.2):
+// micro-batches (miles' FSDP rules):
 //   * rank r trains on samples r, r + W, r + 2W, ... (W = data-parallel world size);
 //   * local_gbs = GBS / W samples per step; steps = floor(total samples / GBS) on every rank (so
 //     all ranks run the same number of steps; leftovers are dropped, as miles does);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "core/dtype.h"
@@ -105,6 +106,7 @@ int64_t FsdpBackend::init() {
 std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
                                             const std::vector<rl::Sample>& samples) {
   FURLONG_CHECK(!asleep_, "train() called while the backend is asleep; call wake_up() first");
+  current_rollout_ = rollout_id;
   auto& dp = mesh_->dp();
   auto indices = dp_shard_indices(samples.size(), dp.rank(), dp.size());
   std::vector<const rl::Sample*> local;
@@ -117,16 +119,10 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
                            .micro_batch_size = options_.batch.micro_batch_size,
                            .dynamic = options_.batch.use_dynamic_batch_size,
                            .max_tokens_per_gpu = options_.batch.max_tokens_per_gpu.value_or(0)};
-  auto all_reduce_max = [&](int64_t v) {
-    auto mine = at::tensor({v}, at::kLong);
-    auto all = at::empty({dp.size()}, at::kLong);
-    dp.all_gather(all, mine);
-    return all.max().item<int64_t>();
-  };
   auto plan = plan_batches(lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
-                           all_reduce_max);
-  std::map<std::string, double> rollout_metrics;
-  if (policy_loss_mode()) rollout_metrics = prepare_policy_data(local, plan);
+                           [&](int64_t v) { return dp.all_reduce_max(v); });
+  std::optional<PolicyData> policy;
+  if (policy_loss_mode()) policy = prepare_policy_data(samples, indices, local, plan);
   std::optional<ProgressBar> bar;
   if (groups_->world().rank() == 0) {
     int64_t micro_batches = 0;
@@ -136,20 +132,20 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
   progress_ = bar ? &*bar : nullptr;
   std::vector<StepMetrics> metrics;
   for (const auto& step : plan) {
-    metrics.push_back(train_step(local, step));
+    metrics.push_back(train_step(local, step, policy ? &*policy : nullptr));
     metrics.back().values["rollout_id"] = static_cast<double>(rollout_id);
   }
-  if (!metrics.empty()) {
-    for (const auto& [k, v] : rollout_metrics) metrics.front().values[k] = v;
+  if (policy && !metrics.empty()) {
+    for (const auto& [k, v] : policy->metrics) metrics.front().values[k] = v;
   }
-  policy_ = {};
   if (bar) bar->finish();
   progress_ = nullptr;
   return metrics;
 }
 
 void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items,
-                                    double step_tokens, std::map<std::string, double>& sums) {
+                                    double step_tokens, const PolicyData* policy,
+                                    std::map<std::string, double>& sums) {
   auto out = model_->forward(mb.batch, forward_options());
   const bool per_token = options_.batch.calculate_per_token_loss;
   at::Tensor scaled;
@@ -158,11 +154,11 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
     scaled = out.hidden_TD.sum() * 0.0 + out.head_VD.sum() * 0.0;
   } else {
     auto device = out.hidden_TD.device();
-    const bool rl = policy_loss_mode();
     auto lp = models::token_logprobs(
         out.hidden_TD.index_select(0, mb.rows_R.to(device)), out.head_VD, mb.targets_R.to(device),
-        {.temperature = rl ? options_.rollout.rollout_temperature : 1.0, .with_entropy = rl});
-    auto loss = rl ? policy_loss(mb, items, lp) : sft_loss(mb, lp, per_token);
+        {.temperature = policy ? options_.rollout.rollout_temperature : 1.0,
+         .with_entropy = policy != nullptr});
+    auto loss = policy ? policy_loss(mb, items, lp, *policy) : sft_loss(mb, lp, per_token);
     for (const auto& [k, v] : loss.metrics) sums[k] += v;
     // FSDP averages gradients over the W ranks. Per sample: scaling by W / GBS makes the step's
     // gradient that of (1 / GBS) * sum over the step's samples of their per-sample mean loss
@@ -171,15 +167,15 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
                                          : static_cast<double>(options_.derived.global_batch_size);
     scaled = loss.loss * (static_cast<double>(mesh_->world_size()) / denominator);
   }
-  double count = 0;
-  for (size_t i = 0; i < mb.mask_sums.size(); ++i) count += per_token ? mb.mask_sums[i] : 1.0;
-  sums["count"] += count;
+  sums["count"] += per_token ? mb.layout.loss_mask_T.sum().item<double>()
+                             : static_cast<double>(mb.num_samples());
   scaled.backward();
   model_->end_step();
 }
 
 StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
-                                    const std::vector<std::vector<size_t>>& micro_batches) {
+                                    const std::vector<std::vector<size_t>>& micro_batches,
+                                    const PolicyData* policy) {
   auto t0 = std::chrono::steady_clock::now();
   optimizer_->zero_grad();
   std::map<std::string, double> sums{{"count", 0.0}, {"loss", 0.0}};
@@ -188,29 +184,31 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   for (const auto& items : micro_batches) {
     for (size_t i : items) step_tokens += local[i]->remove ? 0.0 : local[i]->mask_sum();
   }
-  if (options_.batch.calculate_per_token_loss) {
-    auto t = at::tensor({step_tokens}, at::kDouble);
-    mesh_->dp().all_reduce_sum(t);
-    step_tokens = t.item<double>();
-  }
+  if (options_.batch.calculate_per_token_loss)
+    step_tokens = mesh_->dp().all_reduce_sum(step_tokens);
   for (const auto& items : micro_batches) {
     std::vector<const rl::Sample*> samples;
     for (size_t i : items) {
       samples.push_back(local[i]);
       tokens += static_cast<int64_t>(local[i]->tokens.size());
     }
-    train_micro_batch(pack_micro_batch(samples), items, step_tokens, sums);
+    train_micro_batch(pack_micro_batch(samples), items, step_tokens, policy, sums);
     if (progress_) progress_->advance();
   }
   auto& shard_group = mesh_->dp_shard();
-  double grad_norm =
-      optim::clip_grad_norm(model_->parameters(), options_.optimizer.clip_grad, [&](double v) {
-        auto t = at::tensor({v}, at::kDouble);
-        shard_group.all_reduce_sum(t);
-        return t.item<double>();
-      });
-  optimizer_->options().lr = scheduler_->current_lr();
-  optimizer_->step();
+  double grad_norm = optim::clip_grad_norm(model_->parameters(), options_.optimizer.clip_grad,
+                                           [&](double v) { return shard_group.all_reduce_sum(v); });
+  // The loss before the update: every rank's micro-batch sums, over the step's count.
+  auto totals = mesh_->dp().all_reduce_sum(
+      std::map<std::string, double>{{"count", sums["count"]}, {"loss", sums["loss"]}});
+  const double step_loss = totals["loss"] / std::max(1.0, totals["count"]);
+  const bool skipped = skip_nonfinite_step(grad_norm, step_loss);
+  if (skipped) {
+    optimizer_->zero_grad();
+  } else {
+    optimizer_->options().lr = scheduler_->current_lr();
+    optimizer_->step();
+  }
   scheduler_->advance();
   ++global_step_;
   // miles logs the LR read after the scheduler step (the next step's LR) as train/lr-pg_0.
@@ -218,12 +216,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
 
   // Metric sums over all ranks, then per-sample (or per-token) means.
   sums["tokens"] = static_cast<double>(tokens);
-  std::vector<double> values;
-  for (const auto& entry : sums) values.push_back(entry.second);
-  auto totals = at::tensor(values, at::kDouble);
-  mesh_->dp().all_reduce_sum(totals);
-  size_t i = 0;
-  for (auto& entry : sums) entry.second = totals[static_cast<int64_t>(i++)].item<double>();
+  sums = mesh_->dp().all_reduce_sum(std::move(sums));
   StepMetrics m;
   m.step = global_step_;
   const double count = std::max(1.0, sums["count"]);
@@ -233,12 +226,58 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   m.values["tokens"] = sums["tokens"];
   m.values["grad_norm"] = grad_norm;
   m.values["lr"] = lr;
+  if (options_.training_guard.skip_nonfinite_steps) m.values["skipped_step"] = skipped ? 1.0 : 0.0;
   m.values["step_time"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 
+bool FsdpBackend::skip_nonfinite_step(double grad_norm, double loss) {
+  const bool root = groups_->world().rank() == 0;
+  const int64_t step = global_step_ + 1;
+  if (!std::isfinite(loss) && std::isfinite(grad_norm) && !warned_nonfinite_loss_ && root) {
+    LOG_WARN("step ", step, " (rollout ", current_rollout_, "): the loss is ", loss,
+             " while the gradient norm is finite (", grad_norm,
+             "); training goes on (warned once)");
+  }
+  if (!std::isfinite(loss)) warned_nonfinite_loss_ = true;
+  if (std::isfinite(grad_norm)) return false;
+  // Every rank computed the same global norm, so every rank takes the same branch.
+  if (options_.training_guard.skip_nonfinite_steps) {
+    if (root) {
+      LOG_WARN("step ", step, " (rollout ", current_rollout_, "): gradient norm ", grad_norm,
+               ", loss ", loss, "; the update is skipped (--skip-nonfinite-steps)");
+    }
+    return true;
+  }
+  FURLONG_FAIL("step ", step, " (rollout ", current_rollout_, "): the gradient norm is ", grad_norm,
+               " (loss ", loss,
+               "); stopping before the update, so the weights and the last checkpoint stay "
+               "finite. Common causes: non-finite weights in the checkpoint, a learning rate too "
+               "high for --fp16 or bf16, or overflowing inputs. --skip-nonfinite-steps drops such "
+               "steps instead of stopping");
+}
+
+void FsdpBackend::check_weights_finite(const std::string& what) {
+  std::string first_bad;
+  for (auto& unit : model_->units()) {
+    const auto& shards = unit->shards();
+    for (size_t i = 0; i < shards.size() && first_bad.empty(); ++i) {
+      if (shards[i].numel() > 0 && !at::isfinite(shards[i]).all().item<bool>()) {
+        first_bad = unit->layouts()[i].name;
+      }
+    }
+  }
+  const auto names = groups_->world().all_gather_strings(first_bad);
+  for (size_t rank = 0; rank < names.size(); ++rank) {
+    FURLONG_CHECK(names[rank].empty(), "refusing to ", what, ": parameter ", names[rank],
+                  " holds NaN or inf values (seen on rank ", rank, ", after ", global_step_,
+                  " optimizer steps). The weights are not finite, so nothing was written or sent");
+  }
+}
+
 void FsdpBackend::update_weights(const WeightSink& sink) {
+  check_weights_finite("sync weights to the rollout engines");
   const auto dtype = model_->model().config().dtype;
   const bool root = groups_->world().rank() == 0;
   const int64_t bucket_bytes = std::max<int64_t>(1, options_.rollout.update_weight_buffer_size);
@@ -260,6 +299,7 @@ void FsdpBackend::update_weights(const WeightSink& sink) {
 
 void FsdpBackend::save_model(int64_t rollout_id, const Json& driver_state) {
   FURLONG_CHECK(options_.checkpoint.save, "save_model needs --save");
+  check_weights_finite("save the checkpoint of rollout " + std::to_string(rollout_id));
   save_checkpoint(*options_.checkpoint.save, rollout_id, *this, options_.checkpoint, driver_state);
 }
 

@@ -33,23 +33,13 @@ at::Tensor floats(const std::vector<float>& v) {
   return at::tensor(v, at::kFloat).reshape({static_cast<int64_t>(v.size())});
 }
 
-// Sums over ranks of per-sample values, then the means over all samples.
-std::map<std::string, double> dp_means(std::map<std::string, double> sums, double count,
-                                       dist::Group& dp) {
-  std::vector<double> values{count};
-  for (const auto& entry : sums) values.push_back(entry.second);
-  auto totals = at::tensor(values, at::kDouble);
-  dp.all_reduce_sum(totals);
-  const double n = std::max(1.0, totals[0].item<double>());
-  int64_t i = 1;
-  for (auto& entry : sums) entry.second = totals[i++].item<double>() / n;
-  return sums;
-}
-
-double masked_mean(const at::Tensor& x_T, const rl::Sample& s) {
-  if (x_T.numel() == 0) return 0.0;
-  auto mask = floats(s.loss_mask);
-  return (x_T * mask).sum().item<double>() / std::max(1.0, mask.sum().item<double>());
+// Sum over samples of each sample's masked mean of its per-token values (for metrics).
+double sum_of_masked_means(const std::vector<at::Tensor>& per_sample,
+                           const rl::ResponseLayout& layout) {
+  return rl::masked_mean_per_sample(concat_or_empty(per_sample), layout)
+      .to(at::kDouble)
+      .sum()
+      .item<double>();
 }
 
 }  // namespace
@@ -84,7 +74,7 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
             fwd.hidden_TD.index_select(0, mb.rows_R.to(device)), fwd.head_VD,
             mb.targets_R.to(device),
             {.temperature = options_.rollout.rollout_temperature, .with_entropy = true});
-        auto pieces = lp.logprobs_T.to(at::kCPU).split_with_sizes(mb.response_lengths);
+        auto pieces = lp.logprobs_T.to(at::kCPU).split_with_sizes(mb.layout.lengths);
         for (size_t k = 0; k < items.size(); ++k) out[items[k]] = pieces[k].clone();
       }
       model.end_step();
@@ -96,11 +86,12 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
   return out;
 }
 
-std::map<std::string, double> FsdpBackend::prepare_policy_data(
+FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
+    const std::vector<rl::Sample>& rollout, const std::vector<size_t>& local_indices,
     const std::vector<const rl::Sample*>& local, const BatchPlan& plan) {
   const auto& a = options_.algorithm;
-  policy_ = {};
-  std::map<std::string, double> sums, timings;
+  PolicyData policy;
+  std::map<std::string, double> timings;
   auto timed = [&](const char* name, auto&& fn) {
     auto t0 = std::chrono::steady_clock::now();
     fn();
@@ -113,98 +104,77 @@ std::map<std::string, double> FsdpBackend::prepare_policy_data(
                   "sample ", s->index,
                   " has no rollout log-probs, which --use-rollout-logprobs / "
                   "--use-tis need");
-    policy_.rollout_log_probs.push_back(floats(s->rollout_log_probs));
+    policy.rollout_log_probs.push_back(floats(s->rollout_log_probs));
   }
   if (ref_model_)
-    timed("ref_log_probs",
-          [&] { policy_.ref_log_probs = score_samples(*ref_model_, local, plan); });
+    timed("ref_log_probs", [&] { policy.ref_log_probs = score_samples(*ref_model_, local, plan); });
   if (a.use_rollout_logprobs) {
-    policy_.old_log_probs = policy_.rollout_log_probs;
+    policy.old_log_probs = policy.rollout_log_probs;
   } else {
-    timed("log_probs", [&] { policy_.old_log_probs = score_samples(*model_, local, plan); });
+    timed("log_probs", [&] { policy.old_log_probs = score_samples(*model_, local, plan); });
   }
-
-  // Advantages over all local samples at once (whitening, if on, over the whole DP batch).
-  std::vector<int64_t> lengths;
-  std::vector<float> mask, rewards;
-  for (const auto* s : local) {
-    lengths.push_back(s->response_length);
-    for (float m : s->loss_mask) mask.push_back(s->remove ? 0.0f : m);
-    rewards.push_back(static_cast<float>(s->reward));
-  }
-  auto layout = rl::make_response_layout(lengths, floats(mask));
-  rl::AdvantageOptions adv_options{
-      .estimator = rl::parse_advantage_estimator(a.advantage_estimator),
-      .kl_coef = a.kl_coef,
-      .kl_type = rl::parse_kl_type(a.kl_loss_type),
-      .gamma = a.gamma,
-      .normalize_advantages = a.normalize_advantages};
-  rl::AdvantageInputs inputs{.rewards_S = floats(rewards),
-                             .log_probs_T = concat_or_empty(policy_.old_log_probs),
-                             .ref_log_probs_T = concat_or_empty(policy_.ref_log_probs)};
-  auto advantages_T = rl::compute_advantages(inputs, layout, adv_options);
-  if (a.normalize_advantages) {
-    auto moments = rl::advantage_moments(advantages_T, layout.loss_mask_T).to(at::kDouble);
-    mesh_->dp().all_reduce_sum(moments);
-    advantages_T = rl::whiten_advantages(advantages_T, moments.to(at::kFloat));
-  }
-  auto pieces = advantages_T.split_with_sizes(lengths);
-  for (auto& p : pieces) policy_.advantages.push_back(p.clone());
+  auto advantages = rl::compute_rollout_advantages(
+      {.rollout = &rollout,
+       .local = local_indices,
+       .old_log_probs = policy.old_log_probs,
+       .ref_log_probs = policy.ref_log_probs},
+      reward_norm_options(options_), advantage_options(a),
+      [&](at::Tensor& moments) { mesh_->dp().all_reduce_sum(moments); });
+  policy.advantages = std::move(advantages.advantages);
 
   // Train-side rollout/* metrics: per-sample (masked) means, averaged over all samples.
+  std::map<std::string, double> sums{{"count", static_cast<double>(local.size())}};
+  std::vector<int64_t> lengths;
+  std::vector<float> mask;
+  bool all_have_rollout_log_probs = true;
   for (size_t i = 0; i < local.size(); ++i) {
     const auto& s = *local[i];
+    lengths.push_back(s.response_length);
+    mask.insert(mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+    all_have_rollout_log_probs = all_have_rollout_log_probs && !s.rollout_log_probs.empty();
     sums["rollout/raw_reward"] += s.raw_reward;
-    sums["rollout/rewards"] += s.reward;
+    sums["rollout/rewards"] += advantages.rewards[i];
     sums["rollout/response_lengths"] += static_cast<double>(s.response_length);
     sums["rollout/total_lengths"] += static_cast<double>(s.tokens.size());
     sums["rollout/truncated"] += s.status == rl::SampleStatus::kTruncated ? 1.0 : 0.0;
-    sums["rollout/log_probs"] += masked_mean(policy_.old_log_probs[i], s);
-    sums["rollout/advantages"] += masked_mean(policy_.advantages[i], s);
-    if (!s.rollout_log_probs.empty()) {
-      sums["rollout/rollout_log_probs"] += masked_mean(policy_.rollout_log_probs[i], s);
-    }
-    if (ref_model_) sums["rollout/ref_log_probs"] += masked_mean(policy_.ref_log_probs[i], s);
   }
-  auto means = dp_means(std::move(sums), static_cast<double>(local.size()), mesh_->dp());
-  for (const auto& [k, v] : timings) means[k] = v;  // this rank's wall time
-  return means;
+  auto layout = rl::make_response_layout(lengths, floats(mask));
+  sums["rollout/log_probs"] = sum_of_masked_means(policy.old_log_probs, layout);
+  sums["rollout/advantages"] = sum_of_masked_means(policy.advantages, layout);
+  if (all_have_rollout_log_probs) {
+    sums["rollout/rollout_log_probs"] = sum_of_masked_means(policy.rollout_log_probs, layout);
+  }
+  if (ref_model_) sums["rollout/ref_log_probs"] = sum_of_masked_means(policy.ref_log_probs, layout);
+  sums = mesh_->dp().all_reduce_sum(std::move(sums));
+  const double n = std::max(1.0, sums["count"]);
+  for (const auto& [k, v] : sums) {
+    if (k != "count") policy.metrics[k] = v / n;
+  }
+  for (const auto& [k, v] : timings) policy.metrics[k] = v;  // this rank's wall time
+  return policy;
 }
 
 LossOutput FsdpBackend::policy_loss(const MicroBatch& mb, const std::vector<size_t>& items,
-                                    const models::TokenLogProbs& lp) const {
-  const auto& a = options_.algorithm;
+                                    const models::TokenLogProbs& lp,
+                                    const PolicyData& policy) const {
   const auto device = lp.logprobs_T.device();
   auto gather = [&](const std::vector<at::Tensor>& per_sample) {
     std::vector<at::Tensor> parts;
     for (size_t i : items) parts.push_back(per_sample[i]);
     return concat_or_empty(parts).to(device);
   };
-  auto layout = rl::make_response_layout(mb.response_lengths, mb.mask_R.to(device));
-  const bool per_token = options_.batch.calculate_per_token_loss;
   rl::LossInputs in{.log_probs_T = lp.logprobs_T,
-                    .old_log_probs_T = gather(policy_.old_log_probs),
-                    .advantages_T = gather(policy_.advantages)};
+                    .old_log_probs_T = gather(policy.old_log_probs),
+                    .advantages_T = gather(policy.advantages)};
   // The engine's log-probs, when every sample has them: TIS reads them, and the loss reports
   // train_rollout_logprob_abs_diff / train_rollout_kl (trainer vs engine).
-  auto rollout_T = gather(policy_.rollout_log_probs);
+  auto rollout_T = gather(policy.rollout_log_probs);
   if (rollout_T.numel() == lp.logprobs_T.numel()) in.rollout_log_probs_T = rollout_T;
-  if (ref_model_) in.ref_log_probs_T = gather(policy_.ref_log_probs);
+  if (ref_model_) in.ref_log_probs_T = gather(policy.ref_log_probs);
   if (lp.entropy_T.defined()) in.entropy_T = lp.entropy_T;
-  rl::LossOptions options{.eps_clip = a.eps_clip,
-                          .eps_clip_high = a.eps_clip_high,
-                          .eps_clip_c = a.eps_clip_c,
-                          .sequence_level_ratio = a.advantage_estimator == "gspo",
-                          .use_tis = a.use_tis,
-                          .tis_clip = a.tis_clip,
-                          .tis_clip_low = a.tis_clip_low,
-                          .entropy_coef = a.entropy_coef,
-                          .use_kl_loss = a.use_kl_loss,
-                          .kl_loss_coef = a.kl_loss_coef,
-                          .kl_loss_type = rl::parse_kl_type(a.kl_loss_type),
-                          .calculate_per_token_loss = per_token};
   // normalizer 1: train_micro_batch applies the data-parallel scaling.
-  auto result = rl::policy_loss(in, layout, options, 1.0);
+  auto result = rl::policy_loss(in, mb.layout.to(device),
+                                loss_options(options_.algorithm, options_.batch), 1.0);
   LossOutput out;
   out.loss = result.loss;
   for (const auto& [k, v] : result.metrics) out.metrics[k] = v.item<double>();

@@ -1,5 +1,8 @@
 // Options of `furlong train`, grouped by the component that reads them. The flag table
-// (src/app/flag_table.cpp) maps each flag, with miles' name and default, to one field here.
+// (src/app/flag_table_train.cpp) maps each flag, with miles' name and default, to one field
+// here; choices are parsed into enums there, once. The conversions to the rl layer's option
+// structs live here too (advantage_options, loss_options, ...), so that validation and
+// training read the same values.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "rl/advantages.h"
+#include "rl/kl.h"
+#include "rl/losses.h"
+
 namespace furlong::train {
+
+// --loss-type: the RL objective (policy_loss) or supervised fine-tuning (sft_loss, alias sft).
+enum class LossType { kPolicyLoss, kSftLoss };
+LossType parse_loss_type(const std::string& name);
+const char* loss_type_name(LossType type);
 
 struct ModelOptions {
   std::string hf_checkpoint;
@@ -60,7 +72,7 @@ struct BatchOptions {
   bool use_dynamic_batch_size = false;
   std::optional<int64_t> max_tokens_per_gpu;
   bool calculate_per_token_loss = false;
-  std::string loss_type = "policy_loss";  // policy_loss | sft_loss (alias: sft)
+  LossType loss_type = LossType::kPolicyLoss;
 };
 
 struct DataOptions {
@@ -106,10 +118,12 @@ struct RolloutOptions {
   std::vector<std::string> rollout_engine_urls;
   int64_t engine_max_total_tokens = 65536;
   int64_t engine_num_threads = 0;
-  double engine_startup_timeout = 300.0;
+  double engine_startup_timeout = 300.0;  // seconds an engine server may take to be healthy
+  // seconds one request to an engine server may go unanswered (0 = no bound)
+  double rollout_engine_request_timeout = 1800.0;
   // Engines re-score each finished sample with the trainer's code path (rollout log-probs
   // bit-identical to the trainer's scoring of that sequence); off: decode-time log-probs.
-  bool engine_exact_logprobs = true;  // seconds an engine server may take to become healthy
+  bool engine_exact_logprobs = true;
   bool check_weight_update_equal = false;
   int64_t update_weight_buffer_size = int64_t{512} << 20;
   std::optional<int64_t> debug_exit_after_rollout;
@@ -128,7 +142,7 @@ struct EvalOptions {
 
 // The RL objective (miles' algorithm flags).
 struct AlgorithmOptions {
-  std::string advantage_estimator = "grpo";
+  rl::AdvantageEstimator advantage_estimator = rl::AdvantageEstimator::kGrpo;
   bool disable_rewards_normalization = false;
   bool disable_grpo_std_normalization = false;
   bool normalize_advantages = false;
@@ -138,13 +152,21 @@ struct AlgorithmOptions {
   std::optional<double> eps_clip_c;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.0;
-  std::string kl_loss_type = "k1";
+  rl::KlType kl_loss_type = rl::KlType::kK1;
+  bool use_unbiased_kl = false;
   double kl_coef = 0.0;
   double entropy_coef = 0.0;
   bool use_rollout_logprobs = false;
   bool use_tis = false;
   double tis_clip = 2.0;
   double tis_clip_low = 0.0;
+  bool use_opsm = false;
+  double opsm_delta = 1e-4;
+};
+
+// What to do when training goes non-finite (furlong; miles has no such switch).
+struct TrainingGuardOptions {
+  bool skip_nonfinite_steps = false;  // else a non-finite gradient norm stops the run
 };
 
 struct CheckpointOptions {
@@ -182,12 +204,20 @@ struct TrainOptions {
   RolloutOptions rollout;
   EvalOptions eval;
   AlgorithmOptions algorithm;
+  TrainingGuardOptions training_guard;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
 };
 
 // Rules that need no process group (checked before anything is built); errors name the flags
-// and say what to do. `world_size` is the number of training ranks.
+// and say what to do. `world_size` is the number of training ranks. RL runs check the RL
+// rules too (validate_rl_options).
 void validate_options(const TrainOptions& options, int world_size);
+void validate_rl_options(const TrainOptions& options);
+
+// The rl layer's views of the algorithm flags (one conversion, used by validation and training).
+rl::RewardNormOptions reward_norm_options(const TrainOptions& options);
+rl::AdvantageOptions advantage_options(const AlgorithmOptions& algorithm);
+rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptions& batch);
 
 }  // namespace furlong::train

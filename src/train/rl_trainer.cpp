@@ -2,95 +2,25 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
-#include "core/html_report.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "rl/advantages.h"
-#include "rl/losses.h"
-#include "rollout/dynamic_filter.h"
+#include "core/timer.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/rewards.h"
-#include "rollout/sample_builder.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/backend.h"
+#include "train/driver.h"
 #include "train/rollout_collector.h"
 #include "train/rollout_engines.h"
-#include "train/sft_trainer.h"
 
 namespace furlong::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// miles' derived batch sizes (spec 2.2) for an RL run over `num_prompts` prompts.
-void derive_rl(TrainOptions& o, int64_t num_prompts) {
-  auto& d = o.data;
-  FURLONG_CHECK(d.rollout_batch_size && *d.rollout_batch_size > 0,
-                "--rollout-batch-size (prompts per rollout) is required for RL");
-  FURLONG_CHECK(d.n_samples_per_prompt >= 1, "--n-samples-per-prompt must be >= 1, got ",
-                d.n_samples_per_prompt);
-  const int64_t rbs = *d.rollout_batch_size;
-  const int64_t samples = rbs * d.n_samples_per_prompt;
-  const int64_t steps = d.num_steps_per_rollout.value_or(1);
-  FURLONG_CHECK(steps >= 1 && samples % steps == 0, "--num-steps-per-rollout ", steps,
-                " must divide the rollout's ", samples, " samples");
-  const int64_t gbs = o.batch.global_batch_size.value_or(samples / steps);
-  FURLONG_CHECK(!d.num_steps_per_rollout || gbs * steps == samples, "--global-batch-size ", gbs,
-                " disagrees with --num-steps-per-rollout ", steps, " (", rbs, " prompts x ",
-                d.n_samples_per_prompt, " samples = ", samples, ")");
-  FURLONG_CHECK(gbs > 0 && samples % gbs == 0,
-                "--rollout-batch-size x --n-samples-per-prompt = ", samples,
-                " must be a multiple of --global-batch-size ", gbs);
-  const int64_t num_rollout = d.num_rollout.value_or(num_prompts / rbs * d.num_epoch.value_or(1));
-  FURLONG_CHECK(num_rollout >= 0, "--num-rollout must be >= 0");
-  o.derived.global_batch_size = gbs;
-  o.derived.num_rollout = num_rollout;
-  o.derived.train_iters = std::max<int64_t>(1, num_rollout * samples / gbs);
-}
-
-// Rules of the RL flags (miles' appendix); errors say what to change.
-void validate_rl(const TrainOptions& o) {
-  const auto& a = o.algorithm;
-  const auto& r = o.rollout;
-  FURLONG_CHECK(!(a.use_rollout_logprobs && a.use_tis),
-                "--use-rollout-logprobs and --use-tis cannot be combined (TIS corrects the "
-                "rollout log-probs against the trainer's; pick one)");
-  FURLONG_CHECK(a.kl_coef == 0.0 || a.kl_loss_coef == 0.0,
-                "--kl-coef and --kl-loss-coef cannot both be non-zero");
-  rl::validate_advantage_options({.estimator = rl::parse_advantage_estimator(a.advantage_estimator),
-                                  .kl_coef = a.kl_coef,
-                                  .kl_type = rl::parse_kl_type(a.kl_loss_type),
-                                  .gamma = a.gamma,
-                                  .normalize_advantages = a.normalize_advantages});
-  rl::validate_loss_options({.eps_clip = a.eps_clip,
-                             .eps_clip_high = a.eps_clip_high,
-                             .eps_clip_c = a.eps_clip_c,
-                             .tis_clip = a.tis_clip,
-                             .tis_clip_low = a.tis_clip_low,
-                             .entropy_coef = a.entropy_coef,
-                             .kl_loss_coef = a.kl_loss_coef});
-  FURLONG_CHECK(!r.rm_type.empty() || r.rm_url,
-                "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match) or "
-                "--rm-url");
-  FURLONG_CHECK(!o.eval.eval_interval || !o.eval.eval_prompt_data.empty(),
-                "--eval-interval needs --eval-prompt-data");
-  FURLONG_CHECK(!(r.colocate && !r.rollout_engine_urls.empty()),
-                "--colocate runs the engine in the training processes; drop "
-                "--rollout-engine-urls (or --colocate for disaggregated engines)");
-  FURLONG_CHECK(r.rollout_temperature >= 0.0, "--rollout-temperature must be >= 0");
-  FURLONG_CHECK(r.rollout_max_response_len >= 1, "--rollout-max-response-len must be >= 1");
-  rollout::resolve_over_sampling_batch_size(*o.data.rollout_batch_size, r.over_sampling_batch_size);
-  FURLONG_CHECK(o.batch.loss_type == "policy_loss", "internal: run_rl with --loss-type ",
-                o.batch.loss_type);
-}
+using Metrics = std::map<std::string, double>;
 
 rollout::PromptDataOptions prompt_options(const TrainOptions& o, const std::string& path,
                                           bool shuffle) {
@@ -151,7 +81,7 @@ RewardFn make_reward_fn(const TrainOptions& o) {
   ro.remote.timeout_s = o.rollout.rm_timeout_seconds;
   ro.remote.max_retries = static_cast<int>(o.rollout.rm_max_retries);
   ro.fail_on_remote_error = false;
-  auto model = std::make_shared<rollout::RewardModel>(ro);
+  auto model = std::make_shared<rollout::RewardGrader>(ro);
   return [model](std::vector<rl::Sample*>& samples) { model->compute_rewards(samples); };
 }
 
@@ -179,7 +109,7 @@ void broadcast_samples(std::vector<rl::Sample>& samples, dist::Group& group, int
 
 namespace {
 
-// Everything rank 0 holds for generation and logging.
+// Rank 0's side of the loop: data, generation, grading, eval and metrics.
 struct Driver {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatFormatter> chat;
@@ -190,33 +120,31 @@ struct Driver {
   std::unique_ptr<MetricsLogger> logger;
 };
 
-// The JSONL the metrics go to: --metrics-file, else next to --report (the report reads it).
-std::string metrics_path(const TrainOptions& o) {
-  if (o.logging.metrics_file) return *o.logging.metrics_file;
-  if (o.logging.report) return *o.logging.report + ".metrics.jsonl";
-  return "";
-}
+// One RL job on this rank, built in place by start_rl_run (its parts keep references to
+// `options` and to each other, so it never moves); run_rl drives it.
+struct RlRun {
+  RlRun() = default;
+  RlRun(const RlRun&) = delete;
+  RlRun& operator=(const RlRun&) = delete;
 
-void log_metrics(Driver& d, int64_t step, const std::map<std::string, double>& values) {
-  if (!d.logger) return;
-  std::vector<std::pair<std::string, double>> ordered(values.begin(), values.end());
-  d.logger->log(step, ordered);
-}
+  TrainOptions options;
+  std::unique_ptr<dist::ProcessGroups> groups;
+  std::unique_ptr<TrainBackend> backend;
+  std::unique_ptr<RolloutEngines> engines;
+  Driver driver;                // filled on rank 0 only (the tokenizer and dataset on every rank)
+  int64_t start = 0;            // first rollout (after a resume: the next one)
+  int64_t stop = 0;             // one past the last rollout
+  int64_t synced_bytes = 0;     // of the last weight sync
+  double synced_seconds = 0.0;  // of the last weight sync
 
-}  // namespace
+  dist::Group& world() { return groups->world(); }
+  bool root() { return world().rank() == 0; }
+  bool colocated() const { return options.rollout.colocate; }
+};
 
-int run_rl(TrainOptions o) {
-  dist::InitOptions init;
-  init.backend = dist::parse_backend(o.parallel.distributed_backend, "--distributed-backend");
-  init.timeout = std::chrono::minutes(o.parallel.distributed_timeout_minutes);
-  auto groups = dist::ProcessGroups::init(dist::rendezvous_from_env(), init);
-  auto& world = groups->world();
-  const bool root = world.rank() == 0;
-  validate_options(o, world.size());
-  FURLONG_CHECK(!o.data.prompt_data.empty(), "--prompt-data is required (a JSONL prompt file)");
-  validate_rl(o);
-
-  Driver d;
+void load_prompts(RlRun& run) {
+  const auto& o = run.options;
+  auto& d = run.driver;
   const auto& hf = o.model.hf_checkpoint;
   d.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(hf));
   // Message-list prompts need the template even without --apply-chat-template (miles).
@@ -227,112 +155,147 @@ int run_rl(TrainOptions o) {
   }
   d.dataset = std::make_unique<rollout::PromptDataset>(
       prompt_options(o, o.data.prompt_data, o.data.rollout_shuffle), *d.tokenizer, d.chat.get());
-  derive_rl(o, d.dataset->size());
-  if (root) {
-    LOG_INFO("RL on ", d.dataset->size(), " prompts: ", o.derived.num_rollout, " rollouts of ",
-             *o.data.rollout_batch_size, " prompts x ", o.data.n_samples_per_prompt,
-             " samples, global batch ", o.derived.global_batch_size, ", ", o.derived.train_iters,
-             " optimizer steps, ", world.size(), " rank(s), ",
+}
+
+// Rank 0: the data source (at the resumed position), the collector, eval sets and metrics.
+void start_driver(RlRun& run) {
+  const auto& o = run.options;
+  auto& d = run.driver;
+  d.source = std::make_unique<rollout::RolloutDataSource>(*d.dataset, o.data.n_samples_per_prompt);
+  auto state = run.backend->loaded_driver_state();
+  if (state.contains("data_source")) d.source->load_state(state["data_source"]);
+  d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
+                                                   make_reward_fn(o));
+  for (const auto& [name, path] : eval_sets(o.eval.eval_prompt_data)) {
+    d.evals.push_back({name, std::make_unique<rollout::PromptDataset>(
+                                 prompt_options(o, path, false), *d.tokenizer, d.chat.get())});
+  }
+  d.logger = make_metrics_logger(o, run.start, /*console_table=*/true);
+  LOG_INFO("rollout engines: ", run.engines->describe());
+}
+
+void start_rl_run(RlRun& run, TrainOptions options) {
+  run.options = std::move(options);
+  auto& o = run.options;
+  run.groups = init_process_groups(o);
+  validate_options(o, run.world().size());
+  FURLONG_CHECK(!o.data.prompt_data.empty(), "--prompt-data is required (a JSONL prompt file)");
+  validate_rl_options(o);
+  load_prompts(run);
+  derive_batch_sizes(o, run.driver.dataset->size());
+  if (run.root()) {
+    LOG_INFO("RL on ", run.driver.dataset->size(), " prompts: ", o.derived.num_rollout,
+             " rollouts of ", *o.data.rollout_batch_size, " prompts x ",
+             o.data.n_samples_per_prompt, " samples, global batch ", o.derived.global_batch_size,
+             ", ", o.derived.train_iters, " optimizer steps, ", run.world().size(), " rank(s), ",
              o.rollout.colocate ? "colocated" : "disaggregated");
   }
-  auto backend = make_backend(o, *groups);
-  const int64_t start = backend->init();
-  auto engines = o.rollout.colocate ? make_colocated_engines(o, world.rank())
-                                    : make_remote_engines(o, world.rank());
-  if (root) {
-    d.source =
-        std::make_unique<rollout::RolloutDataSource>(*d.dataset, o.data.n_samples_per_prompt);
-    auto state = backend->loaded_driver_state();
-    if (state.contains("data_source")) d.source->load_state(state["data_source"]);
-    d.collector =
-        std::make_unique<RolloutCollector>(o, *engines, *d.source, *d.tokenizer, make_reward_fn(o));
-    for (const auto& [name, path] : eval_sets(o.eval.eval_prompt_data)) {
-      d.evals.push_back({name, std::make_unique<rollout::PromptDataset>(
-                                   prompt_options(o, path, false), *d.tokenizer, d.chat.get())});
-    }
-    MetricsOptions mo;
-    mo.jsonl_path = metrics_path(o);
-    // A fresh run starts a fresh file; a resumed one appends (the curve continues).
-    if (start == 0 && !mo.jsonl_path.empty()) std::filesystem::remove(mo.jsonl_path);
-    mo.tensorboard_dir = o.logging.tensorboard_dir.value_or("");
-    d.logger = std::make_unique<MetricsLogger>(mo);
-    LOG_INFO("rollout engines: ", engines->describe());
-  }
+  run.backend = make_backend(o, *run.groups);
+  run.start = run.backend->init();
+  run.stop = o.rollout.debug_exit_after_rollout
+                 ? std::min(o.derived.num_rollout, run.start + *o.rollout.debug_exit_after_rollout)
+                 : o.derived.num_rollout;
+  const int rank = run.world().rank();
+  run.engines = o.rollout.colocate ? make_colocated_engines(o, rank) : make_remote_engines(o, rank);
+  if (run.root()) start_driver(run);
+}
 
-  // Startup weight sync: engines never serve the raw --hf-checkpoint weights (miles 1.1.4).
-  auto t_sync = Clock::now();
-  int64_t update_weights_bytes =
-      engines->sync_weights(*backend, start, o.rollout.check_weight_update_equal);
-  double update_weights_time = seconds_since(t_sync);
-  const bool eval_on = o.eval.eval_interval.has_value();
-  const int64_t stop =
-      o.rollout.debug_exit_after_rollout
-          ? std::min(o.derived.num_rollout, start + *o.rollout.debug_exit_after_rollout)
-          : o.derived.num_rollout;
-  for (int64_t rollout_id = start; rollout_id < stop; ++rollout_id) {
-    std::map<std::string, double> m;
-    if (root && rollout_id == start && eval_on && !o.eval.skip_eval_before_train) {
-      m = d.collector->evaluate(d.evals);  // the baseline, logged with this rollout's row
-    }
-    std::vector<rl::Sample> samples;
-    if (root) {
-      auto result = d.collector->collect(rollout_id);
-      samples = std::move(result.samples);
-      for (auto& [k, v] : result.metrics) m[k] = v;
-    }
-    broadcast_samples(samples, world);
-    if (o.rollout.colocate) engines->release_memory();
-    auto t_train = Clock::now();
-    auto steps = backend->train(rollout_id, samples);
-    m["perf/train_time"] = seconds_since(t_train);
-    m["perf/update_weights_time"] = update_weights_time;  // the previous sync (miles)
-    m["perf/update_weights_bytes"] = static_cast<double>(update_weights_bytes);
-    if (save_due(o, rollout_id, world)) {
-      auto t_save = Clock::now();
-      Json state = Json::object();
-      if (root) state["data_source"] = d.source->state();
-      backend->save_model(rollout_id, state);
-      m["perf/save_model_time"] = seconds_since(t_save);
-      if (root && o.checkpoint.save_trigger_sentinel) {
-        std::filesystem::remove(*o.checkpoint.save_trigger_sentinel);
-      }
-    }
-    if (o.rollout.colocate) {
-      // miles' colocated order: the trainer offloads, the engine takes its memory back, then the
-      // weights move (here the trainer wakes first: gathering needs its shards on the device).
-      auto t = Clock::now();
-      backend->sleep();
-      m["perf/sleep_time"] = seconds_since(t);
-      engines->resume_memory();
-      t = Clock::now();
-      backend->wake_up();
-      m["perf/wake_up_time"] = seconds_since(t);
-    }
-    t_sync = Clock::now();
-    update_weights_bytes =
-        engines->sync_weights(*backend, rollout_id + 1, o.rollout.check_weight_update_equal);
-    update_weights_time = seconds_since(t_sync);
-    if (root && eval_on && (rollout_id + 1) % *o.eval.eval_interval == 0) {
-      for (const auto& [k, v] : d.collector->evaluate(d.evals)) m[k] = v;
-    }
-    if (root) {
-      for (const auto& step : steps) {
-        for (const auto& [k, v] : step.values) {
-          const bool scoped = k.find('/') != std::string::npos;
-          m[scoped ? k : "train/" + k] = v;
-        }
-      }
-      if (m.count("train/entropy_loss")) m["train/entropy"] = m["train/entropy_loss"];
-      m["perf/step_time"] = m["perf/rollout_time"] + m["perf/train_time"];
-      log_metrics(d, rollout_id, m);
-    }
+// Collective: the engines get the trainer's weights as version `version`.
+void sync_weights(RlRun& run, int64_t version) {
+  Stopwatch watch;
+  run.synced_bytes = run.engines->sync_weights(*run.backend, version,
+                                               run.options.rollout.check_weight_update_equal);
+  run.synced_seconds = watch.seconds();
+}
+
+bool eval_due(RlRun& run, int64_t rollout_id, bool baseline) {
+  const auto& e = run.options.eval;
+  if (!run.root() || !e.eval_interval) return false;
+  if (baseline) return rollout_id == run.start && !e.skip_eval_before_train;
+  return (rollout_id + 1) % *e.eval_interval == 0;
+}
+
+void maybe_eval(RlRun& run, int64_t rollout_id, bool baseline, Metrics& m) {
+  if (!eval_due(run, rollout_id, baseline)) return;
+  for (const auto& [k, v] : run.driver.collector->evaluate(run.driver.evals)) m[k] = v;
+}
+
+// Rank 0 generates and grades the rollout; every rank then holds the same samples.
+std::vector<rl::Sample> collect_rollout(RlRun& run, Metrics& m) {
+  std::vector<rl::Sample> samples;
+  if (run.root()) {
+    auto result = run.driver.collector->collect();
+    samples = std::move(result.samples);
+    for (const auto& [k, v] : result.metrics) m[k] = v;
   }
-  if (root && o.logging.report) {
-    d.logger.reset();  // flush and close the JSONL first
-    write_html_report(metrics_path(o), *o.logging.report, "furlong RL run");
-    LOG_INFO("report: ", *o.logging.report);
+  broadcast_samples(samples, run.world());
+  return samples;
+}
+
+// The backend's optimizer steps on the rollout (advantages, losses, updates), timed.
+std::vector<StepMetrics> train_on(RlRun& run, int64_t rollout_id,
+                                  const std::vector<rl::Sample>& samples, Metrics& m) {
+  ScopedTimer timer(m, "perf/train_time");
+  return run.backend->train(rollout_id, samples);
+}
+
+void maybe_save(RlRun& run, int64_t rollout_id, Metrics& m) {
+  if (!save_due(run.options, rollout_id, run.world())) return;
+  ScopedTimer timer(m, "perf/save_model_time");
+  Json state = Json::object();
+  if (run.root()) state["data_source"] = run.driver.source->state();
+  run.backend->save_model(rollout_id, state);
+  if (run.root()) remove_save_sentinel(run.options);
+}
+
+// miles' colocated order after training: the trainer offloads, the engine takes its memory
+// back, then the weights move (the trainer wakes first here: gathering needs its shards).
+void hand_memory_to_engine(RlRun& run, Metrics& m) {
+  {
+    ScopedTimer timer(m, "perf/sleep_time");
+    run.backend->sleep();
   }
-  world.barrier();
+  run.engines->resume_memory();
+  ScopedTimer timer(m, "perf/wake_up_time");
+  run.backend->wake_up();
+}
+
+// The training steps' metrics under miles' names (train/<name>, scoped names kept), plus the
+// previous weight sync and the step time; then one row to every metrics sink.
+void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>& steps,
+                 Metrics& m) {
+  if (!run.root()) return;
+  for (const auto& step : steps) {
+    for (const auto& [k, v] : step.values)
+      m[k.find('/') != std::string::npos ? k : "train/" + k] = v;
+  }
+  if (m.count("train/entropy_loss")) m["train/entropy"] = m["train/entropy_loss"];
+  m["perf/step_time"] = m["perf/rollout_time"] + m["perf/train_time"];
+  log_metrics(*run.driver.logger, rollout_id, m);
+}
+
+}  // namespace
+
+int run_rl(TrainOptions options) {
+  RlRun run;
+  start_rl_run(run, std::move(options));
+  sync_weights(run, run.start);  // engines never serve the raw --hf-checkpoint weights (miles)
+  for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
+    Metrics m;
+    maybe_eval(run, rollout_id, /*baseline=*/true, m);  // logged with this rollout's row
+    auto samples = collect_rollout(run, m);
+    if (run.colocated()) run.engines->release_memory();
+    auto steps = train_on(run, rollout_id, samples, m);
+    m["perf/update_weights_time"] = run.synced_seconds;  // the previous sync (miles)
+    m["perf/update_weights_bytes"] = static_cast<double>(run.synced_bytes);
+    maybe_save(run, rollout_id, m);
+    if (run.colocated()) hand_memory_to_engine(run, m);
+    sync_weights(run, rollout_id + 1);
+    maybe_eval(run, rollout_id, /*baseline=*/false, m);
+    log_rollout(run, rollout_id, steps, m);
+  }
+  if (run.root()) finish_metrics(run.options, run.driver.logger, "furlong RL run");
+  run.world().barrier();
   return 0;
 }
 

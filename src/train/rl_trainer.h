@@ -1,8 +1,11 @@
-// `furlong train` with --loss-type policy_loss: the RL loop, in miles' order (spec 1.1-1.2).
-// Startup: backend init (resuming from --load), engines, one weight sync. Per rollout:
-// [baseline eval] -> generate + reward + normalize (rank 0) -> hand the samples to every rank
-// -> train -> save (by --save-interval, with the data position) -> weight sync -> eval (by
-// --eval-interval) -> metrics (console table, JSONL, TensorBoard). At the end: HTML report.
+// `furlong train` with --loss-type policy_loss: the RL loop, in miles' order. Startup: backend
+// init (resuming from --load), engines, one weight sync. Per rollout (run_rl):
+//   [baseline eval] -> collect (rank 0 generates and grades; every rank gets the samples)
+//   -> train (the backend scores log-probs, runs the advantage stage
+//      rl::compute_rollout_advantages, then the optimizer steps)
+//   -> maybe save (by --save-interval, with the data position) -> [colocated: trainer sleeps,
+//      engine memory back, trainer wakes] -> weight sync -> maybe eval (--eval-interval)
+//   -> log (console table, JSONL, TensorBoard). At the end: the HTML report (--report).
 #pragma once
 
 #include <string>

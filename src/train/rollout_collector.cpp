@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
-#include "rl/advantages.h"
 #include "rollout/dynamic_filter.h"
 #include "tokenizer/tokenizer.h"
 
@@ -180,7 +179,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   FURLONG_CHECK(callback_error.empty(), "rollout: ", callback_error);
 }
 
-RolloutResult RolloutCollector::collect(int64_t rollout_id) {
+RolloutResult RolloutCollector::collect() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t target = *options_.data.rollout_batch_size;
   const int64_t per_refill =
@@ -200,7 +199,7 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
       if (group.size() > 1 && !(rollout::group_reward_std(group) > 1e-8)) {
         ++zero_std_groups;
         metrics["rollout/zero_std/count_" +
-                rollout::zero_std_reason(group.front().raw_reward).substr(9)] += 1;
+                rollout::rounded_reward_text(group.front().raw_reward)] += 1;
       }
       collector.offer(std::move(group));
       return collector.done();
@@ -211,24 +210,15 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
                   " generated: the filter rejects almost everything (check the rewards)");
   }
   for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
-  auto kept = collector.take_kept();
   RolloutResult result;
-  std::vector<double> raw;
-  std::vector<int64_t> group_index;
-  for (auto& g : kept) {
+  std::vector<std::vector<double>> group_raw;  // pass@k
+  for (auto& g : collector.take_kept()) {
+    group_raw.emplace_back();
     for (auto& s : g) {
-      raw.push_back(s.raw_reward);
-      group_index.push_back(s.group_index);
+      group_raw.back().push_back(s.raw_reward);
       result.samples.push_back(std::move(s));
     }
   }
-  const auto& a = options_.algorithm;
-  rl::RewardNormOptions norm{.estimator = rl::parse_advantage_estimator(a.advantage_estimator),
-                             .rewards_normalization = !a.disable_rewards_normalization,
-                             .grpo_std_normalization = !a.disable_grpo_std_normalization,
-                             .n_samples_per_prompt = options_.data.n_samples_per_prompt};
-  auto rewards = rl::normalize_group_rewards(raw, group_index, {}, norm);
-  for (size_t i = 0; i < rewards.size(); ++i) result.samples[i].reward = rewards[i];
 
   // Rollout-side metrics (miles' names).
   std::vector<const rl::Sample*> all;
@@ -252,15 +242,9 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
   metrics["perf/rollout_time"] = seconds;
   metrics["perf/tokens_per_gpu_per_sec"] = tokens / std::max(seconds, 1e-9);
   metrics["rollout/generated_groups"] = static_cast<double>(generated_groups);
-  std::vector<std::vector<double>> group_raw;
-  for (const auto& g : kept) {
-    group_raw.emplace_back();
-    for (const auto& s : g) group_raw.back().push_back(s.raw_reward);
-  }
   for (const auto& [k, v] : pass_at_k(group_raw)) {
     metrics["passrate/pass@" + std::to_string(k)] = v;
   }
-  (void)rollout_id;
   result.metrics = std::move(metrics);
   return result;
 }

@@ -1,9 +1,9 @@
-// One rollout's training data (miles' generate_rollout, spec 2.4-2.5 and 6.1), on rank 0:
-// pull prompt groups from the data source, generate n samples per prompt on the engines, grade
-// them, keep groups that pass the dynamic-sampling filter until --rollout-batch-size groups are
-// kept (over-sampling --over-sampling-batch-size groups per refill, aborting what is still in
-// flight once the target is reached), normalize rewards per group, and report rollout/*
-// metrics. Also the eval pass (mean reward and pass@k per eval dataset).
+// One rollout's training data (miles' generate_rollout), on rank 0: pull prompt groups from
+// the data source, generate n samples per prompt on the engines, grade them, keep groups that
+// pass the dynamic-sampling filter until --rollout-batch-size groups are kept (over-sampling
+// --over-sampling-batch-size groups per refill, aborting what is still in flight once the
+// target is reached), and report rollout/* metrics. Also the eval pass (mean reward and pass@k
+// per eval dataset).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,8 @@ namespace furlong::train {
 using RewardFn = std::function<void(std::vector<rl::Sample*>& samples)>;
 
 struct RolloutResult {
-  std::vector<rl::Sample> samples;  // kept groups, in group order; rewards normalized
+  std::vector<rl::Sample> samples;  // kept groups, in group order; raw rewards (the training
+                                    // step normalizes them: rl::compute_rollout_advantages)
   std::map<std::string, double> metrics;
 };
 
@@ -38,7 +39,7 @@ class RolloutCollector {
   RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
                    rollout::RolloutDataSource& source, const tokenizer::Tokenizer& tokenizer,
                    RewardFn reward);
-  RolloutResult collect(int64_t rollout_id);
+  RolloutResult collect();
 
   struct EvalSet {
     std::string name;

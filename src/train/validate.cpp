@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
+#include "rollout/dynamic_filter.h"
 #include "train/options.h"
 
 namespace furlong::train {
@@ -25,11 +26,6 @@ void validate_options(const TrainOptions& o, int world_size) {
   FURLONG_CHECK(!o.batch.max_tokens_per_gpu || *o.batch.max_tokens_per_gpu > 0,
                 "--max-tokens-per-gpu must be positive");
   FURLONG_CHECK(o.batch.micro_batch_size >= 1, "--micro-batch-size must be at least 1");
-  FURLONG_CHECK(o.batch.loss_type == "sft_loss" || o.batch.loss_type == "sft" ||
-                    o.batch.loss_type == "policy_loss",
-                "--loss-type ", o.batch.loss_type,
-                " is not supported; use sft_loss (alias sft) "
-                "or policy_loss");
   FURLONG_CHECK(!o.checkpoint.save_interval || o.checkpoint.save.has_value(),
                 "--save-interval requires --save");
   FURLONG_CHECK(!o.checkpoint.save_interval || *o.checkpoint.save_interval > 0,
@@ -44,6 +40,32 @@ void validate_options(const TrainOptions& o, int world_size) {
                   " must be a positive multiple of the data-parallel size ", world_size);
   }
   FURLONG_CHECK(o.data.n_samples_per_prompt >= 1, "--n-samples-per-prompt must be at least 1");
+}
+
+// The RL flags' rules (miles' appendix); errors say what to change.
+void validate_rl_options(const TrainOptions& o) {
+  const auto& a = o.algorithm;
+  const auto& r = o.rollout;
+  FURLONG_CHECK(o.batch.loss_type == LossType::kPolicyLoss, "internal: RL rules for --loss-type ",
+                loss_type_name(o.batch.loss_type));
+  FURLONG_CHECK(!(a.use_rollout_logprobs && a.use_tis),
+                "--use-rollout-logprobs and --use-tis cannot be combined (TIS corrects the "
+                "rollout log-probs against the trainer's; pick one)");
+  rl::validate_algorithm_options(advantage_options(a), loss_options(a, o.batch));
+  FURLONG_CHECK(!r.rm_type.empty() || r.rm_url,
+                "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match) or "
+                "--rm-url");
+  FURLONG_CHECK(!o.eval.eval_interval || !o.eval.eval_prompt_data.empty(),
+                "--eval-interval needs --eval-prompt-data");
+  FURLONG_CHECK(!(r.colocate && !r.rollout_engine_urls.empty()),
+                "--colocate runs the engine in the training processes; drop "
+                "--rollout-engine-urls (or --colocate for disaggregated engines)");
+  FURLONG_CHECK(r.rollout_temperature >= 0.0, "--rollout-temperature must be >= 0");
+  FURLONG_CHECK(r.rollout_max_response_len >= 1, "--rollout-max-response-len must be >= 1");
+  if (o.data.rollout_batch_size) {
+    rollout::resolve_over_sampling_batch_size(*o.data.rollout_batch_size,
+                                              r.over_sampling_batch_size);
+  }
 }
 
 }  // namespace furlong::train

@@ -290,6 +290,34 @@ TEST(RlEndToEnd, BadInputsFailClearly) {
   EXPECT_NE(r.output.find("127.0.0.1:9"), std::string::npos) << r.output;
 }
 
+// Training on NaN must not look like success: weights that are not finite are never sent to
+// an engine (and never pass the weight digest check), so the run stops at the startup sync.
+TEST(RlEndToEnd, NonFiniteWeightsAreNeverSyncedToTheEngine) {
+  auto dir = scratch_dir();
+  const auto model = dir / "nan_model";
+  fs::copy(fixture().model, model, fs::copy_options::recursive);
+  const std::string poison =
+      "import sys, torch\n"
+      "from safetensors.torch import load_file, save_file\n"
+      "p = sys.argv[1]\n"
+      "save_file({k: torch.full_like(v, float('nan')) for k, v in load_file(p).items()}, p,\n"
+      "          metadata={'format': 'pt'})\n";
+  auto made = run_command(shell_quote(python().string()) + " -c " + shell_quote(poison) + " " +
+                          shell_quote((model / "model.safetensors").string()) + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto flags = grpo_flags(dir, 2);
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--hf-checkpoint") flags[i + 1] = model.string();
+  }
+  flags.insert(flags.end(), {"--colocate", "--check-weight-update-equal"});
+  auto r = run_train(flags);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("refusing to sync weights to the rollout engines"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("holds NaN or inf values"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_rows(dir / "metrics.jsonl").empty());
+}
+
 TEST(RlEndToEnd, DeadRewardServerIsAClearErrorNotAHang) {
   auto dir = scratch_dir();
   auto flags = grpo_flags(dir, 2);

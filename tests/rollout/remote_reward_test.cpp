@@ -231,7 +231,7 @@ TEST(RemoteReward, BatchRunsConcurrentlyWithinTheBound) {
   o.remote = fast_options(server.url("/busy"));
   o.remote.timeout_s = 5;
   o.max_concurrency = 4;
-  RewardModel model(o);
+  RewardGrader model(o);
   std::vector<rl::Sample> samples(12, sample("4", "4"));
   auto start = Clock::now();
   RewardStats stats = model.compute_rewards(samples);
@@ -251,14 +251,14 @@ TEST(RemoteReward, ObjectRewardsAndCountedFailures) {
   o.reward_key = "score";
   o.remote = fast_options(server.url("/dict"));
   std::vector<rl::Sample> samples(2, sample("4", "4"));
-  RewardModel(o).compute_rewards(samples);
+  RewardGrader(o).compute_rewards(samples);
   EXPECT_EQ(samples[1].raw_reward, 0.5);
   EXPECT_EQ(samples[1].metadata["reward"]["acc"], true);
 
   o.remote = fast_options(server.url("/garbage"));
   o.remote.max_retries = 0;
   o.fail_on_remote_error = false;
-  RewardModel lenient(o);
+  RewardGrader lenient(o);
   std::vector<rl::Sample> more(3, sample("4", "4"));
   RewardStats stats = lenient.compute_rewards(more);
   EXPECT_EQ(stats.remote_failures, 3);
@@ -268,7 +268,7 @@ TEST(RemoteReward, ObjectRewardsAndCountedFailures) {
 
   o.fail_on_remote_error = true;
   std::vector<rl::Sample> strict(2, sample("4", "4"));
-  EXPECT_NE(error_of([&] { RewardModel(o).compute_rewards(strict); }).find("not JSON"),
+  EXPECT_NE(error_of([&] { RewardGrader(o).compute_rewards(strict); }).find("not JSON"),
             std::string::npos);
 }
 

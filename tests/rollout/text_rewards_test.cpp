@@ -154,11 +154,11 @@ TEST(RewardRegistry, RewardKeySelection) {
             std::string::npos);
 }
 
-TEST(RewardModel, ScoresSamplesWithOverridesAndSkipsAborted) {
+TEST(RewardGrader, ScoresSamplesWithOverridesAndSkipsAborted) {
   RewardOptions o;
   o.rm_type = "math";
   o.max_concurrency = 4;
-  RewardModel model(o);
+  RewardGrader model(o);
   std::vector<rl::Sample> samples(6);
   for (int i = 0; i < 6; ++i) {
     samples[i].index = i;
@@ -184,13 +184,13 @@ TEST(RewardModel, ScoresSamplesWithOverridesAndSkipsAborted) {
   std::vector<rl::Sample> one(1);
   one[0].response = "Answer: 8";
   one[0].label = "8";
-  RewardModel(dapo).compute_rewards(one);
+  RewardGrader(dapo).compute_rewards(one);
   EXPECT_EQ(one[0].raw_reward, 1.0);
   EXPECT_EQ(one[0].metadata["reward"]["acc"], true);
 
   RewardOptions bad;
   bad.rm_type = "remote_rm";
-  EXPECT_NE(error_of([&] { RewardModel m(bad); }).find("--rm-url"), std::string::npos);
+  EXPECT_NE(error_of([&] { RewardGrader m(bad); }).find("--rm-url"), std::string::npos);
 }
 
 }  // namespace

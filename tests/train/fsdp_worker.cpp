@@ -55,7 +55,7 @@ int run(const std::vector<std::string>& args) {
   o.derived.global_batch_size = gbs;
   o.derived.num_rollout = w.rollouts;
   o.derived.train_iters = w.rollouts;
-  o.batch.loss_type = "sft_loss";
+  o.batch.loss_type = furlong::train::LossType::kSftLoss;
 
   auto groups = dist::ProcessGroups::init(dist::rendezvous_from_env());
   auto data = train::load_sft_samples({.path = o.data.prompt_data}, o.model.hf_checkpoint);
