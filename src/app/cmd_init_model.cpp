@@ -56,7 +56,10 @@ int run_init_model(const std::vector<std::string>& args) {
   Json config = read_json_file(o.config);
   FURLONG_CHECK(config.is_object(), o.config, ": expected a JSON object");
   if (!o.tokenizer.empty()) adopt_tokenizer(config, o.tokenizer, o.config);
+  // No checkpoint to compare with here: the config's sanity limits (create_model) and the
+  // memory estimate are what stand between a typo and an allocation of terabytes.
   auto model = models::create_model(config, o.config);
+  models::check_memory_for_weights(*model, at::kFloat, at::kCPU, o.config);
   model->materialize(at::kFloat);
   models::init_weights(*model, static_cast<uint64_t>(o.seed));
 

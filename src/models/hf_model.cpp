@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <fstream>
 #include <set>
 
 #include "core/dtype.h"
@@ -21,6 +22,79 @@ std::string shape_string(c10::IntArrayRef shape) {
   return s + "]";
 }
 
+bool holds_weights(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(dir / "model.safetensors", ec) ||
+         std::filesystem::exists(dir / "model.safetensors.index.json", ec);
+}
+
+// The layer indices N of the checkpoint's "model.layers.N." tensors.
+std::set<int64_t> checkpoint_layers(const io::HfWeights& weights) {
+  static const std::string kPrefix = "model.layers.";
+  std::set<int64_t> layers;
+  for (const auto& name : weights.names()) {
+    if (!name.starts_with(kPrefix)) continue;
+    size_t end = name.find('.', kPrefix.size());
+    const std::string digits = name.substr(kPrefix.size(), end - kPrefix.size());
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+        digits.size() < 10) {
+      layers.insert(std::stoll(digits));
+    }
+  }
+  return layers;
+}
+
+// config[key], when present as a number, must equal what the checkpoint holds.
+void check_field(const Json& config, const char* key, int64_t in_checkpoint,
+                 const std::string& where, const std::string& evidence) {
+  auto it = config.find(key);
+  if (it == config.end() || !it->is_number()) return;
+  const double given = it->get<double>();
+  FURLONG_CHECK(given == static_cast<double>(in_checkpoint), where, ": field '", key, "' is ",
+                it->dump(), " but the checkpoint has ", in_checkpoint, " (", evidence,
+                "); config.json does not describe these weights");
+}
+
+// The fields whose mistakes cost the most memory, checked on the raw JSON before the
+// architecture builds anything from them.
+void check_fields_against_checkpoint(const Json& config, const io::HfWeights& weights,
+                                     const std::string& where) {
+  const auto layers = checkpoint_layers(weights);
+  if (!layers.empty()) {
+    check_field(
+        config, "num_hidden_layers", static_cast<int64_t>(layers.size()), where,
+        "tensors of layers model.layers.0 .. model.layers." + std::to_string(*layers.rbegin()));
+  }
+  if (weights.contains("model.embed_tokens.weight")) {
+    const auto& shape = weights.info("model.embed_tokens.weight").shape;
+    if (shape.size() == 2) {
+      const std::string evidence = "model.embed_tokens.weight is " + shape_string(shape);
+      check_field(config, "vocab_size", shape[0], where, evidence);
+      check_field(config, "hidden_size", shape[1], where, evidence);
+    }
+  }
+  if (weights.contains("model.layers.0.mlp.gate_proj.weight")) {
+    const auto& shape = weights.info("model.layers.0.mlp.gate_proj.weight").shape;
+    if (shape.size() == 2) {
+      check_field(config, "intermediate_size", shape[0], where,
+                  "model.layers.0.mlp.gate_proj.weight is " + shape_string(shape));
+    }
+  }
+}
+
+// /proc/meminfo's MemAvailable in bytes; nullopt when it cannot be read.
+std::optional<uint64_t> available_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Json read_hf_config(const std::filesystem::path& dir) {
@@ -29,15 +103,19 @@ Json read_hf_config(const std::filesystem::path& dir) {
                 ": not a directory (expected a HF model directory with config.json)");
   FURLONG_CHECK(std::filesystem::exists(path), path.string(),
                 ": not found (expected a HF model directory)");
-  return read_json_file(path);
+  Json config = read_json_file(path);
+  if (config.is_object() && holds_weights(dir)) {
+    auto weights = io::HfWeights::open(dir);
+    check_fields_against_checkpoint(config, weights, path.string());
+    check_weight_shapes(*create_model(config, path.string()), weights, dir);
+  }
+  return config;
 }
 
-void load_weights(CausalLM& model, const io::HfWeights& weights, const std::filesystem::path& dir) {
-  std::set<std::string> used;
-  for (size_t u = 0; u < model.units().size(); ++u) {
-    const auto& unit = model.units()[u];
-    for (size_t i = 0; i < unit.params.size(); ++i) {
-      const auto& spec = unit.params[i];
+void check_weight_shapes(const CausalLM& model, const io::HfWeights& weights,
+                         const std::filesystem::path& dir) {
+  for (const auto& unit : model.units()) {
+    for (const auto& spec : unit.params) {
       FURLONG_CHECK(weights.contains(spec.name), dir.string(), ": tensor '", spec.name,
                     "' is missing from the checkpoint (", model.config().architecture,
                     " expects shape ", shape_string(spec.shape), ")");
@@ -45,6 +123,32 @@ void load_weights(CausalLM& model, const io::HfWeights& weights, const std::file
       FURLONG_CHECK(info.shape == spec.shape, weights.file_of(spec.name).string(), ": tensor '",
                     spec.name, "' has shape ", shape_string(info.shape),
                     " but config.json implies ", shape_string(spec.shape));
+    }
+  }
+}
+
+void check_memory_for_weights(const CausalLM& model, c10::ScalarType dtype, c10::Device device,
+                              const std::string& where) {
+  const double bytes =
+      static_cast<double>(model.num_parameters()) * static_cast<double>(c10::elementSize(dtype));
+  if (!device.is_cpu()) return;  // device memory is the allocator's to report
+  const auto available = available_host_memory();
+  if (!available) return;
+  FURLONG_CHECK(bytes <= static_cast<double>(*available), where, ": the model's ",
+                model.num_parameters(), " parameters need ",
+                human_bytes(static_cast<uint64_t>(bytes)), " in ", dtype_name(dtype), ", but only ",
+                human_bytes(*available),
+                " is available (MemAvailable, /proc/meminfo); check hidden_size, "
+                "intermediate_size, num_hidden_layers and vocab_size in config.json");
+}
+
+void load_weights(CausalLM& model, const io::HfWeights& weights, const std::filesystem::path& dir) {
+  check_weight_shapes(model, weights, dir);
+  std::set<std::string> used;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const auto& unit = model.units()[u];
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      const auto& spec = unit.params[i];
       at::Tensor& dst = model.weights()[u][i];
       c10::NoGradGuard no_grad;
       dst.copy_(weights.get(spec.name));
@@ -69,6 +173,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
   auto model = create_model(config, (dir / "config.json").string());
   auto weights = io::HfWeights::open(dir);
   auto dtype = options.dtype.value_or(model->config().dtype);
+  check_memory_for_weights(*model, dtype, options.device, (dir / "config.json").string());
   model->materialize(at::TensorOptions().dtype(dtype).device(options.device));
   load_weights(*model, weights, dir);
   return model;

@@ -8,14 +8,27 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "io/safetensors.h"
 #include "models/causal_lm.h"
 
 namespace furlong::models {
 
-// <dir>/config.json, parsed (errors name the file).
+// <dir>/config.json, parsed (errors name the file). When the directory holds weights, the
+// config is checked against the checkpoint's tensor shapes (headers only, nothing allocated):
+// num_hidden_layers against the layers present, vocab_size / hidden_size against the embedding,
+// intermediate_size against the MLP, then every tensor the architecture expects.
 Json read_hf_config(const std::filesystem::path& dir);
+
+// Fails when the shapes `model` expects differ from the checkpoint's (or a tensor is missing).
+void check_weight_shapes(const CausalLM& model, const io::HfWeights& weights,
+                         const std::filesystem::path& dir);
+
+// Fails before an allocation that cannot succeed: the model's parameters in `dtype` on `device`
+// (CPU: compared with MemAvailable of /proc/meminfo) must fit. `where` names the config file.
+void check_memory_for_weights(const CausalLM& model, c10::ScalarType dtype, c10::Device device,
+                              const std::string& where);
 
 struct LoadOptions {
   // Parameter dtype; default: the checkpoint's torch_dtype.

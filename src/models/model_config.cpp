@@ -1,5 +1,7 @@
 #include "models/model_config.h"
 
+#include <cstdio>
+
 #include "core/dtype.h"
 
 namespace furlong::models {
@@ -64,7 +66,41 @@ RopeConfig parse_rope(const Json& json, const std::string& where, double default
   return rope;
 }
 
+std::string scientific(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
+// Fails, naming the fields, when `c` describes more layers or parameters than the sanity limits.
+void check_plausible_size(const ModelConfig& c, const std::string& where) {
+  FURLONG_CHECK(c.num_hidden_layers <= kMaxHiddenLayers, where, ": field 'num_hidden_layers' is ",
+                c.num_hidden_layers, ", beyond furlong's limit of ", kMaxHiddenLayers,
+                " (published models have at most a few hundred layers); is the file corrupted?");
+  const ParameterEstimate p = estimate_parameters(c);
+  FURLONG_CHECK(
+      p.total <= kMaxParameters, where, ": the model described has about ", scientific(p.total),
+      " parameters (embedding: vocab_size ", c.vocab_size, " x hidden_size ", c.hidden_size, " = ",
+      scientific(p.embedding), "; num_hidden_layers ", c.num_hidden_layers, " x ",
+      scientific(p.per_layer), " per layer from hidden_size ", c.hidden_size,
+      ", intermediate_size ", c.intermediate_size, ", num_attention_heads ", c.num_attention_heads,
+      ", num_key_value_heads ", c.num_key_value_heads, ", head_dim ", c.head_dim,
+      "), beyond furlong's limit of ", scientific(kMaxParameters), "; check these fields");
+}
+
 }  // namespace
+
+ParameterEstimate estimate_parameters(const ModelConfig& c) {
+  const auto D = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
+  const double H = static_cast<double>(c.head_dim);
+  const double NH = static_cast<double>(c.num_attention_heads) * H;
+  const double KH = static_cast<double>(c.num_key_value_heads) * H;
+  ParameterEstimate p;
+  p.embedding = static_cast<double>(c.vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
+  p.per_layer = 2 * NH * D + 2 * KH * D + 3 * F * D + 2 * D;
+  p.total = p.embedding + static_cast<double>(c.num_hidden_layers) * p.per_layer + D;
+  return p;
+}
 
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,
                                  const ConfigDefaults& defaults) {
@@ -120,6 +156,7 @@ ModelConfig parse_decoder_config(const Json& json, const std::string& where,
   std::string dtype = json_get_or<std::string>(json, "torch_dtype", "float32", where);
   dtype = json_get_or<std::string>(json, "dtype", dtype, where);
   c.dtype = parse_dtype(dtype, where + ": field 'torch_dtype'");
+  check_plausible_size(c, where);  // before any architecture builds its parameter list
   return c;
 }
 

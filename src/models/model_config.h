@@ -77,9 +77,23 @@ struct ConfigDefaults {
   double rope_theta = 10000.0;
 };
 
+// The parameter count of the decoder `c` describes, in closed form (nothing is allocated), as
+// doubles: a corrupted config can overflow int64. Biases and per-head norms are left out.
+struct ParameterEstimate {
+  double embedding = 0;  // vocab_size x hidden_size (x2 with an untied lm_head)
+  double per_layer = 0;  // attention + MLP + norms of one block
+  double total = 0;
+};
+ParameterEstimate estimate_parameters(const ModelConfig& c);
+
+// Sanity limits on what a config may describe, far above any published model, so that a
+// corrupted config.json fails with a message instead of an allocation of terabytes.
+inline constexpr int64_t kMaxHiddenLayers = 10000;
+inline constexpr double kMaxParameters = 1e13;
+
 // Reads the Llama-family fields with `defaults` for absent ones, validates them (positive
-// sizes, heads divide evenly, activation is silu, no sliding window) and returns the config.
-// `where` names the file in errors.
+// sizes, heads divide evenly, activation is silu, no sliding window, within the sanity limits
+// above) and returns the config. `where` names the file in errors.
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,
                                  const ConfigDefaults& defaults);
 

@@ -299,18 +299,24 @@ TEST(Models, CorruptedConfigSizesFailFastNamingTheFieldBeforeAllocating) {
   write_file_atomic(dir / "m" / "config.json", original.dump());
   EXPECT_NO_THROW(load_hf_model(dir / "m"));
 
-  // No checkpoint to compare with (create_model, as init-model and the trainer call it).
+  // No checkpoint to compare with: init-model's path (create_model, then the memory estimate).
   const auto t0 = std::chrono::steady_clock::now();
+  auto init_model_checks = [](const Json& cfg) {
+    auto model = create_model(cfg, "tiny.json");
+    check_memory_for_weights(*model, at::kFloat, at::kCPU, "tiny.json");
+  };
   auto cfg = small_config();
   cfg["hidden_size"] = 1000000000;
-  cfg.erase("head_dim");
-  cfg["num_attention_heads"] = 4;
-  auto msg = error_of([&] { create_model(cfg, "tiny.json"); });
+  auto msg = error_of([&] { init_model_checks(cfg); });
+  EXPECT_NE(msg.find("tiny.json: the model's "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("check hidden_size"), std::string::npos) << msg;
+  cfg["vocab_size"] = 151936;  // a real vocabulary: beyond the sanity limit on parameters
+  msg = error_of([&] { init_model_checks(cfg); });
   EXPECT_NE(msg.find("tiny.json: the model described has about "), std::string::npos) << msg;
-  EXPECT_NE(msg.find("hidden_size 1000000000"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("x hidden_size 1000000000"), std::string::npos) << msg;
   cfg = small_config();
   cfg["num_hidden_layers"] = 1000000;
-  msg = error_of([&] { create_model(cfg, "tiny.json"); });
+  msg = error_of([&] { init_model_checks(cfg); });
   EXPECT_NE(msg.find("tiny.json: field 'num_hidden_layers' is 1000000, beyond furlong's limit"),
             std::string::npos)
       << msg;
