@@ -125,6 +125,10 @@ PathSlice parse_path_slice(const std::string& path) {
   return slice;
 }
 
+std::pair<int64_t, int64_t> PathSlice::range(int64_t num_rows) const {
+  return {clamp_bound(start, num_rows, 0), clamp_bound(end, num_rows, num_rows)};
+}
+
 PromptDataset::PromptDataset(const PromptDataOptions& options,
                              const tokenizer::Tokenizer& tokenizer,
                              const tokenizer::ChatFormatter* chat)
@@ -142,7 +146,7 @@ PromptDataset::PromptDataset(const PromptDataOptions& options,
   std::vector<JsonlRow> rows = read_jsonl(slice.file);
   FURLONG_CHECK(!rows.empty(), slice.file, ": the prompt file contains no rows");
   const auto n = static_cast<int64_t>(rows.size());
-  int64_t begin = clamp_bound(slice.start, n, 0), end = clamp_bound(slice.end, n, n);
+  const auto [begin, end] = slice.range(n);
   FURLONG_CHECK(begin < end, "--prompt-data '", options.path, "' selects no rows out of ", n);
   RowContext ctx{options, tokenizer, chat};
   for (int64_t r = begin; r < end; ++r) {

@@ -1,4 +1,4 @@
-// The prompt dataset of an RL run (miles' Dataset + RolloutDataSource, spec section 2.1).
+// The prompt dataset of an RL run (miles' Dataset + RolloutDataSource).
 //
 // Rows come from a JSONL file (`--prompt-data`, optionally sliced as "path@[start:end]" with
 // Python slice semantics). Per row: the prompt is row[input_key] (a string or an OpenAI-style
@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/json_util.h"
@@ -37,7 +38,7 @@ struct PromptDataOptions {
   std::string input_key = "input";        // --input-key
   std::string label_key;                  // --label-key (empty: rows carry no label)
   std::string metadata_key = "metadata";  // --metadata-key
-  std::string tool_key = "tools";         // --tool-key
+  std::string tool_key = "tools";         // miles' tool_key (no flag sets it yet)
   bool apply_chat_template = false;       // --apply-chat-template
   OrderedJson apply_chat_template_kwargs = OrderedJson::object();  // extra template variables
   std::optional<int64_t> max_prompt_len;  // --rollout-max-prompt-len (tokens)
@@ -89,10 +90,13 @@ class PromptDataset {
 };
 
 // Splits "file@[start:end]" into the file and the row range it selects out of `num_rows`
-// (Python slice semantics: negative indices count from the end, bounds are clamped).
+// (Python slice semantics: negative indices count from the end, bounds are clamped). The one
+// parser of this syntax: RL prompt data and SFT data (train/sft_data.cpp) both use it.
 struct PathSlice {
   std::string file;
   std::optional<int64_t> start, end;
+  // [begin, end) of the selected rows out of `num_rows` (begin >= end: none selected).
+  std::pair<int64_t, int64_t> range(int64_t num_rows) const;
 };
 PathSlice parse_path_slice(const std::string& path);
 

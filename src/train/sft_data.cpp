@@ -4,6 +4,7 @@
 
 #include "core/jsonl.h"
 #include "core/log.h"
+#include "rollout/prompt_dataset.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -79,7 +80,13 @@ std::vector<rl::Sample> load_sft_samples(const SftDataOptions& o,
   TextTools tools;
   std::vector<rl::Sample> samples;
   int64_t dropped = 0;
-  for (const auto& row : read_jsonl(o.path)) {
+  // "file@[a:b]" selects rows as --prompt-data does for RL (one parser for both).
+  const rollout::PathSlice slice = rollout::parse_path_slice(o.path);
+  const std::vector<JsonlRow> rows = read_jsonl(slice.file);
+  const auto [begin, end] = slice.range(static_cast<int64_t>(rows.size()));
+  FURLONG_CHECK(begin < end, "--prompt-data '", o.path, "' selects no rows out of ", rows.size());
+  for (int64_t r = begin; r < end; ++r) {
+    const JsonlRow& row = rows[r];
     auto s = row_to_sample(row, o, tokenizer_dir, tools);
     if (o.max_length > 0 && static_cast<int64_t>(s.tokens.size()) > o.max_length) {
       ++dropped;
