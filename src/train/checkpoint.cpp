@@ -187,7 +187,51 @@ void publish(const fs::path& root, const fs::path& partial, const fs::path& fina
   write_file_atomic(root / kTracker, std::to_string(iteration) + "\n");
 }
 
+// "iter_<digits><suffix>": what iteration_dir() names, with a suffix of save_checkpoint's.
+bool is_iteration_name(const std::string& name, const std::string& suffix) {
+  if (!name.starts_with("iter_") || !name.ends_with(suffix)) return false;
+  const auto digits = name.substr(5, name.size() - 5 - suffix.size());
+  return !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Whether `entry` is something a killed save of this code left in the checkpoint root.
+bool is_stale_save_leftover(const fs::directory_entry& entry) {
+  const std::string name = entry.path().filename().string();
+  // write_file_atomic (core/files.cpp) names its temporary "<file>.tmp.<pid>.<random>".
+  if (name.starts_with(std::string(kTracker) + ".tmp.")) return entry.is_regular_file();
+  if (!entry.is_directory()) return false;
+  if (is_iteration_name(name, ".partial")) return true;
+  // publish() moves iter_N aside as iter_N.old while iter_N.partial takes its place; the old
+  // copy is stale once iter_N exists again (without it, it may be the only copy: kept).
+  if (is_iteration_name(name, ".old")) {
+    return fs::is_directory(entry.path().parent_path() / name.substr(0, name.size() - 4));
+  }
+  return false;
+}
+
 }  // namespace
+
+int remove_stale_checkpoint_files(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return 0;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (is_stale_save_leftover(entry)) stale.push_back(entry.path());
+  }
+  int removed = 0;
+  for (const auto& path : stale) {
+    fs::remove_all(path, ec);
+    if (ec) {
+      LOG_WARN(path.string(), ": cannot remove what a killed save left (", ec.message(), ")");
+    } else {
+      ++removed;
+    }
+  }
+  if (removed > 0) {
+    LOG_INFO(root.string(), ": removed ", removed, " leftover(s) of killed saves");
+  }
+  return removed;
+}
 
 fs::path iteration_dir(const fs::path& root, int64_t iteration) {
   char buf[32];
@@ -216,7 +260,10 @@ void save_checkpoint(const fs::path& root, int64_t rollout_id, FsdpBackend& back
   auto partial = final_dir;
   partial += ".partial";
   if (root_rank) {
-    fs::remove_all(partial);  // a save that died earlier
+    // Leftovers of saves that died earlier (this one's partial directory included). No rank of
+    // this job writes under `root` now: the previous save ended with a barrier, and all that
+    // is removed is written by rank 0 alone.
+    remove_stale_checkpoint_files(root);
     for (const char* sub : {"model", "optimizer", "rng"}) ensure_directory(partial / sub);
   }
   world.barrier();
@@ -257,6 +304,12 @@ void save_checkpoint(const fs::path& root, int64_t rollout_id, FsdpBackend& back
 
 std::optional<LoadedCheckpoint> load_checkpoint(const fs::path& root, FsdpBackend& backend,
                                                 const CheckpointOptions& options) {
+  // Only in this job's own --save directory: another job may be saving into a directory that
+  // this one merely loads from.
+  if (backend.groups().world().rank() == 0 && options.save &&
+      fs::weakly_canonical(*options.save) == fs::weakly_canonical(root)) {
+    remove_stale_checkpoint_files(root);
+  }
   auto iteration = latest_iteration(root);
   if (!iteration) {
     LOG_INFO("--load ", root.string(), ": no ", kTracker,

@@ -42,6 +42,13 @@ std::filesystem::path iteration_dir(const std::filesystem::path& root, int64_t i
 // The iteration named by the tracker, if there is a tracker.
 std::optional<int64_t> latest_iteration(const std::filesystem::path& root);
 
+// Removes what saves killed midway left in `root`: the tracker's temporaries
+// ("latest_checkpointed_iteration.txt.tmp.*"), "iter_N.partial/" directories and "iter_N.old/"
+// directories whose iter_N exists. Nothing else (other files are not ours to judge). Rank 0
+// writes all of these, so rank 0 calls this, at the start of a save and of a load from the
+// job's own --save directory, when no rank of the job writes there. Returns how many it removed.
+int remove_stale_checkpoint_files(const std::filesystem::path& root);
+
 // Collective. `extra` is stored in meta.json and returned by load_checkpoint.
 void save_checkpoint(const std::filesystem::path& root, int64_t rollout_id, FsdpBackend& backend,
                      const CheckpointOptions& options, const Json& extra = Json::object());

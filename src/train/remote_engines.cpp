@@ -4,8 +4,6 @@
 // and, for weight sync, forms a process group {rank 0, engine 1, ..., engine E} through the
 // engines' /init_weights_update_group and broadcasts each tensor while every engine receives
 // it through /update_weights_from_distributed.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -15,12 +13,14 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <thread>
 
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/child_process.h"
 #include "dist/launcher.h"
 #include "engine/server/client.h"
 #include "engine/server/remote_weights.h"
@@ -32,76 +32,59 @@ namespace {
 
 using engine::server::EngineClient;
 
-// A `furlong serve` child process; SIGTERM (then SIGKILL) when destroyed.
+// A `furlong serve` child process (output: the trainer's), stopped when destroyed: SIGTERM,
+// then SIGKILL after 5 s (dist::ChildProcess, which never signals a server it already reaped).
 class ServerProcess {
  public:
-  ServerProcess(const TrainOptions& o, int port, int index) : port_(port) {
-    std::vector<std::string> args = {
-        std::filesystem::read_symlink("/proc/self/exe").string(),
-        "serve",
-        "--hf-checkpoint",
-        o.model.hf_checkpoint,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        std::to_string(port),
-        "--max-total-tokens",
-        std::to_string(o.rollout.engine_max_total_tokens),
-        "--attn-implementation",
-        o.model.attn_implementation,
-        o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
-    if (o.rollout.engine_num_threads > 0) {
-      args.push_back("--num-threads");
-      args.push_back(std::to_string(o.rollout.engine_num_threads));
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // The server is not a training rank: it must not see the trainer's rendezvous variables.
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv = *e;
-      const std::string key = kv.substr(0, kv.find('='));
-      static const std::vector<std::string> kDrop = {
-          "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-          "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"};
-      if (std::find(kDrop.begin(), kDrop.end(), key) != kDrop.end()) continue;
-      if (key.rfind("TORCHELASTIC_", 0) == 0) continue;
-      env.push_back(kv);
-    }
-    std::vector<char*> envp;
-    for (auto& kv : env) envp.push_back(kv.data());
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    FURLONG_CHECK(pid_ >= 0, "cannot start engine server ", index, ": fork failed");
-    if (pid_ == 0) {
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    LOG_INFO("started engine server ", index, " (pid ", pid_, ") on 127.0.0.1:", port);
+  ServerProcess(const TrainOptions& o, int port, int index)
+      : port_(port), child_(child_options(o, port)) {
+    LOG_INFO("started engine server ", index, " (pid ", child_.pid(), ") on 127.0.0.1:", port);
   }
-  ~ServerProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  // Non-empty when the process has exited.
-  std::string exit_status() const {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) != pid_) return "";
-    return WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
-                             : "signal " + std::to_string(WTERMSIG(status));
+  // Non-empty once the process has ended ("exit code 1", "signal 9 (Killed)").
+  std::string exit_status() {
+    auto status = child_.try_wait();
+    return status ? status->describe() : "";
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
+  static dist::ChildOptions child_options(const TrainOptions& o, int port) {
+    dist::ChildOptions c;
+    c.argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
+              "serve",
+              "--hf-checkpoint",
+              o.model.hf_checkpoint,
+              "--host",
+              "127.0.0.1",
+              "--port",
+              std::to_string(port),
+              "--max-total-tokens",
+              std::to_string(o.rollout.engine_max_total_tokens),
+              "--attn-implementation",
+              o.model.attn_implementation,
+              o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
+    if (o.rollout.engine_num_threads > 0) {
+      c.argv.push_back("--num-threads");
+      c.argv.push_back(std::to_string(o.rollout.engine_num_threads));
+    }
+    // The server is not a training rank: it must not see the trainer's rendezvous variables.
+    static const std::vector<std::string> kDrop = {
+        "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"};
+    c.env.emplace();
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string kv = *e;
+      const std::string key = kv.substr(0, kv.find('='));
+      if (std::find(kDrop.begin(), kDrop.end(), key) != kDrop.end()) continue;
+      if (key.rfind("TORCHELASTIC_", 0) == 0) continue;
+      c.env->push_back(std::move(kv));
+    }
+    c.kill_grace = std::chrono::seconds(5);
+    return c;
+  }
+
   int port_;
-  pid_t pid_ = -1;
+  dist::ChildProcess child_;
 };
 
 Json sampling_json(const engine::SamplingParams& p) {
@@ -136,10 +119,17 @@ class RemoteEngines : public RolloutEngines {
         urls.push_back(servers_.back()->url());
       }
     }
-    for (const auto& url : urls) clients_.push_back(std::make_unique<EngineClient>(url));
+    const double request_timeout = options.rollout.rollout_engine_request_timeout;
+    FURLONG_CHECK(request_timeout >= 0, "--rollout-engine-request-timeout must be >= 0 seconds ",
+                  "(0 = no bound), got ", request_timeout);
+    engine::server::ClientOptions client_options;
+    client_options.read_timeout_s = request_timeout;
+    for (const auto& url : urls)
+      clients_.push_back(std::make_unique<EngineClient>(url, client_options));
     for (size_t i = 0; i < clients_.size(); ++i) wait_healthy(i);
     const int workers = 64 * static_cast<int>(clients_.size());
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker(); });
+    threads_.emplace_back([this] { report_long_waits(); });
   }
 
   ~RemoteEngines() override {
@@ -148,6 +138,7 @@ class RemoteEngines : public RolloutEngines {
       stopping_ = true;
     }
     cv_.notify_all();
+    report_cv_.notify_all();
     for (auto& t : threads_) t.join();
     // Engines leave the weight group before its store (held by group_) goes away, and are
     // stopped before it too, so nobody talks to a closed store on the way out.
@@ -237,11 +228,27 @@ class RemoteEngines : public RolloutEngines {
     engine::GenerateRequest request;
     Done done;
   };
+  // One request sent to an engine and not answered yet.
+  struct Waiting {
+    size_t engine_index;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  // A /health probe that gives up quickly.
+  static engine::server::ClientOptions probe_options() {
+    engine::server::ClientOptions quick;
+    quick.connect_timeout_s = 1.0;
+    quick.read_timeout_s = 5.0;
+    quick.max_retries = 0;
+    return quick;
+  }
 
   void wait_healthy(size_t i) {
     const double deadline_s = options_.rollout.engine_startup_timeout;
     auto t0 = std::chrono::steady_clock::now();
-    while (!clients_[i]->health()) {
+    // Each probe is bounded, so a stopped engine cannot hold start-up past the deadline.
+    EngineClient probe(clients_[i]->base_url(), probe_options());
+    while (!probe.health()) {
       if (i < servers_.size()) {
         auto status = servers_[i]->exit_status();
         FURLONG_CHECK(status.empty(), "engine server ", clients_[i]->base_url(),
@@ -293,6 +300,7 @@ class RemoteEngines : public RolloutEngines {
       Job job;
       size_t engine_index = 0;
       bool aborted = false;
+      std::list<Waiting>::iterator wait_slot;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -302,6 +310,8 @@ class RemoteEngines : public RolloutEngines {
         ++in_flight_;
         engine_index = next_engine_++ % clients_.size();
         aborted = aborting_;
+        waiting_.push_back({engine_index, std::chrono::steady_clock::now()});
+        wait_slot = std::prev(waiting_.end());
       }
       engine::GenerateOutput out;
       out.prompt_tokens = static_cast<int64_t>(job.request.input_ids.size());
@@ -319,6 +329,7 @@ class RemoteEngines : public RolloutEngines {
       {
         std::lock_guard<std::mutex> lock(mu_);
         --in_flight_;
+        waiting_.erase(wait_slot);
       }
       idle_cv_.notify_all();
     }
@@ -334,11 +345,59 @@ class RemoteEngines : public RolloutEngines {
       out.output_logprobs = r.output_logprobs;
       out.finish_reason = parse_finish(r.finish_reason);
       out.weight_version = r.weight_version;
+    } catch (const engine::server::TimeoutError& e) {
+      FURLONG_FAIL(engine_failure(engine_index, "a generate request", e),
+                   "; --rollout-engine-request-timeout sets the bound");
     } catch (const Error& e) {
       // A dead engine is fatal for the run (miles without fault tolerance); say which.
       FURLONG_FAIL(engine_failure(engine_index, "a generate request", e));
     }
     return out;
+  }
+
+  // How often report_long_waits() looks: every 30 s, or a quarter of a shorter bound.
+  std::chrono::milliseconds report_interval() const {
+    double bound = options_.rollout.rollout_engine_request_timeout;
+    double seconds = bound > 0 ? std::clamp(bound / 4, 1.0, 30.0) : 30.0;
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+
+  // A background thread: every report_interval(), one line per engine whose oldest unanswered
+  // request has waited that long, naming the engine, the wait, and whether /health answers, so
+  // a stalled engine is visible long before the request bound ends the run.
+  void report_long_waits() {
+    const auto interval = report_interval();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      report_cv_.wait_for(lock, interval);
+      if (stopping_) return;
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<std::pair<int64_t, double>> per_engine(clients_.size(), {0, 0.0});
+      for (const auto& w : waiting_) {
+        auto& [count, oldest] = per_engine[w.engine_index];
+        ++count;
+        oldest = std::max(oldest, std::chrono::duration<double>(now - w.since).count());
+      }
+      lock.unlock();
+      for (size_t i = 0; i < per_engine.size(); ++i) {
+        const auto [count, oldest] = per_engine[i];
+        if (count == 0 || oldest < std::chrono::duration<double>(interval).count()) continue;
+        report_wait(i, count, oldest);
+      }
+      lock.lock();
+    }
+  }
+
+  void report_wait(size_t engine_index, int64_t count, double oldest_s) const {
+    const double bound = options_.rollout.rollout_engine_request_timeout;
+    EngineClient probe(clients_[engine_index]->base_url(), probe_options());
+    const bool healthy = probe.health();
+    LOG_WARN("engine ", clients_[engine_index]->base_url(), ": ", count,
+             " request(s) unanswered, the oldest for ", static_cast<int64_t>(oldest_s), " s",
+             bound > 0 ? " (the run fails at " + std::to_string(static_cast<int64_t>(bound)) +
+                             " s, --rollout-engine-request-timeout)"
+                       : std::string(),
+             healthy ? "; /health answers" : "; /health does not answer either (stopped or hung?)");
   }
 
   // "engine URL failed WHAT (the server process ended: STATUS): CAUSE", the one shape of
@@ -358,7 +417,9 @@ class RemoteEngines : public RolloutEngines {
   std::unique_ptr<dist::ProcessGroups> group_;
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
+  std::condition_variable report_cv_;  // wakes report_long_waits() to stop
   std::deque<Job> queue_;
+  std::list<Waiting> waiting_;
   std::vector<std::thread> threads_;
   size_t next_engine_ = 0;
   int64_t in_flight_ = 0;

@@ -4,14 +4,19 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <sstream>
 #include <thread>
 #include <utility>
 
 namespace furlong::engine::server {
 namespace {
 
+// A bound of a year stands for "no bound" (httplib has no unbounded setting).
+constexpr double kNoBoundSeconds = 365.0 * 24 * 3600;
+
 void set_timeout(httplib::Client& client, double seconds,
                  void (httplib::Client::*setter)(time_t, time_t)) {
+  if (seconds <= 0) seconds = kNoBoundSeconds;
   auto whole = static_cast<time_t>(seconds);
   auto micro = static_cast<time_t>((seconds - static_cast<double>(whole)) * 1e6);
   (client.*setter)(whole, micro);
@@ -59,6 +64,19 @@ EngineClient::EngineClient(std::string base_url, ClientOptions options)
 
 namespace {
 
+std::string format_seconds(double seconds) {
+  std::ostringstream out;
+  out << seconds;
+  return out.str();
+}
+
+// A read (or write) that failed after the whole bound had passed: the server did not answer.
+bool timed_out(httplib::Error error, double waited_s, double bound_s) {
+  if (bound_s <= 0) return false;
+  const bool transfer_failed = error == httplib::Error::Read || error == httplib::Error::Write;
+  return transfer_failed && waited_s >= 0.9 * bound_s;
+}
+
 // Runs `send` on a fresh connection, retrying (with backoff) only when no connection could be
 // made: a request that reached the server is never sent twice.
 httplib::Result send_with_retries(const std::string& base_url, const ClientOptions& options,
@@ -70,9 +88,16 @@ httplib::Result send_with_retries(const std::string& base_url, const ClientOptio
     set_timeout(client, options.connect_timeout_s, &httplib::Client::set_connection_timeout);
     set_timeout(client, options.read_timeout_s, &httplib::Client::set_read_timeout);
     set_timeout(client, options.read_timeout_s, &httplib::Client::set_write_timeout);
+    const auto sent_at = std::chrono::steady_clock::now();
     httplib::Result result = send(client);
     if (result) return result;
     auto error = result.error();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count();
+    if (timed_out(error, waited, options.read_timeout_s)) {
+      throw TimeoutError(what + " got no answer within " + format_seconds(options.read_timeout_s) +
+                         " s (the server may be stopped, hung or overloaded)");
+    }
     bool connect_failed =
         error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout;
     FURLONG_CHECK(connect_failed && attempt < options.max_retries, what,

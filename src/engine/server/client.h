@@ -4,8 +4,9 @@
 //
 // Failures: a connection that cannot be established is retried (max_retries times, with
 // exponential backoff) and then raised as furlong::Error naming the URL; a non-2xx answer
-// raises HttpError carrying the status and the server's error message. Requests that reached
-// the server are never retried (a generation must not run twice).
+// raises HttpError carrying the status and the server's error message; a request that got no
+// answer within read_timeout_s raises TimeoutError naming the URL and the bound. Requests that
+// reached the server are never retried (a generation must not run twice).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +30,16 @@ class HttpError : public Error {
   int status_;
 };
 
+// A request reached the server but no answer came within ClientOptions::read_timeout_s.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct ClientOptions {
   std::string api_key;  // sent as Authorization: Bearer <key> when non-empty
   double connect_timeout_s = 10;
-  double read_timeout_s = 3600;  // generations can be long
+  double read_timeout_s = 3600;  // generations can be long; <= 0: no bound
   int max_retries = 3;           // connection failures only
   double retry_backoff_s = 0.2;  // first wait; doubles each retry
 };
