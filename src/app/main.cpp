@@ -7,12 +7,20 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "furlong_version.h"  // generated (src/app/CMakeLists.txt)
 
 namespace furlong::app {
 namespace {
 
+// The commit is captured at build time (cmake/GitVersion.cmake): "unknown" without git,
+// "-dirty" when the tree had uncommitted changes; libtorch is the version built against.
+void print_version() {
+  std::printf("furlong %s\nlibtorch %s\n", FURLONG_GIT_COMMIT, FURLONG_TORCH_VERSION);
+}
+
 void print_usage() {
-  std::printf("usage: furlong <command> [flags]   (furlong <command> --help for its flags)\n\n");
+  std::printf("usage: furlong <command> [flags]   (furlong <command> --help for its flags)\n");
+  std::printf("       furlong --version\n\n");
   for (const auto& c : commands()) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
 }
 
@@ -98,6 +106,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage();
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    print_version();
+    return 0;
   }
   for (const auto& command : commands()) {
     if (command.name != args[0]) continue;

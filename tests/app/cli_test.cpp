@@ -6,8 +6,12 @@
 #include <c10/core/InferenceMode.h>
 
 #include <unistd.h>
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>  // TORCH_VERSION_MAJOR, ...
+#endif
 
 #include <fstream>
+#include <regex>
 
 #include "common/test_util.h"
 #include "core/files.h"
@@ -229,6 +233,34 @@ TEST_F(Cli, HelpWorksForEveryCommandAndTheCliReferenceIsCurrent) {
   r = run_command(furlong_cmd("frobnicate"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+// --version names the commit built (an ancestor of the tree's HEAD, or "unknown" without git)
+// and the libtorch version; it needs no command.
+TEST(CliVersion, PrintsTheBuildsGitCommitAndTheLibtorchVersion) {
+  auto r = run_command(furlong_cmd("--version"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m, std::regex(R"(^furlong ([0-9a-f]{7,40}|unknown)(-dirty)?\nlibtorch (\S+)\n$)")))
+      << r.output;
+#ifdef TORCH_VERSION_MAJOR
+  const std::string built_against = std::to_string(TORCH_VERSION_MAJOR) + "." +
+                                    std::to_string(TORCH_VERSION_MINOR) + "." +
+                                    std::to_string(TORCH_VERSION_PATCH);
+  EXPECT_TRUE(m[3].str().starts_with(built_against))
+      << m[3].str() << " is not the libtorch the tests were built against, " << built_against;
+#endif
+  const std::string commit = m[1].str();
+  auto head = run_command("git -C " + shell_quote(testing::source_dir().string()) +
+                          " rev-parse HEAD 2>/dev/null");
+  if (head.exit_code != 0) {
+    EXPECT_EQ(commit, "unknown") << "no git here, so nothing to name";
+    return;
+  }
+  auto ancestor = run_command("git -C " + shell_quote(testing::source_dir().string()) +
+                              " merge-base --is-ancestor " + commit + " HEAD");
+  EXPECT_EQ(ancestor.exit_code, 0) << commit << " is not a commit of this tree's history";
 }
 
 }  // namespace
