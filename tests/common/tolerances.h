@@ -72,8 +72,17 @@ inline double dot_bound(double n, double abs_dot, double u, double lambda = kLam
 // Relative error of furlong's fast_exp (src/kernels/vec_math.h); kernels_test's FastExpIsAccurate
 // asserts it (< 3e-7 = 5.03 u). Also covers Sleef's expf in ATen (1 ulp <= 2 u).
 inline constexpr double kExpRelErr = 3e-7;
+// A short fp32 computation against its exact value: `roundings` roundings (float constants
+// and inputs included) and `exps` calls of exp, on values of magnitude at most `scale`; worst
+// case, first order (Higham, Lemma 3.1): (roundings u + exps kExpRelErr) scale.
+inline double fp32_chain_bound(double scale, int roundings, int exps = 0);
+
 // Relative error of glibc's logf (< 1 ulp, i.e. <= 2 u relative).
 inline constexpr double kLogRelErr = 2 * kUFp32;
+
+inline double fp32_chain_bound(double scale, int roundings, int exps) {
+  return (roundings * kUFp32 + exps * kExpRelErr) * scale;
+}
 
 // Error bounds for one softmax row z = logits / T (fp32 arithmetic), with m = max z, s = sum
 // exp(z - m), t = sum exp(z - m)(z - m), log-prob lp = (z_y - m) - log s and entropy

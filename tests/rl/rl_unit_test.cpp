@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/test_util.h"
+#include "common/tolerances.h"
 #include "rl/advantages.h"
 #include "rl/kl.h"
 #include "rl/losses.h"
@@ -88,9 +89,12 @@ TEST(Kl, HandValuesAndClamps) {
   auto k2 = values(compute_approx_kl(logp, base, KlType::kK2));
   EXPECT_FLOAT_EQ(k2[0], 0.125f);
   auto k3 = values(compute_approx_kl(logp, base, KlType::kK3));
-  EXPECT_NEAR(k3[0], std::exp(-0.5) - 1 + 0.5, 1e-7);
+  // Hand values against exact doubles: tol::fp32_chain_bound(scale, roundings, exps) counts the
+  // fp32 roundings and exps of each formula (tests/common/tolerances.h). k3 = e^-d - 1 + d:
+  // one exp of 0.61, two additions at scale 1.
+  EXPECT_NEAR(k3[0], std::exp(-0.5) - 1 + 0.5, testing::tol::fp32_chain_bound(1.0, 2, 1));
   auto lv = values(compute_approx_kl(logp, base, KlType::kLowVarKl));
-  EXPECT_NEAR(lv[0], k3[0], 1e-7);
+  EXPECT_NEAR(lv[0], k3[0], 2 * testing::tol::fp32_chain_bound(1.0, 3, 1));  // two fp32 paths
   EXPECT_FLOAT_EQ(lv[1], 10.0f);  // e = -30 -> -20: exp(-20) + 19 clamped to 10
   EXPECT_FLOAT_EQ(lv[2], 10.0f);  // e = 30 -> 20: exp(20) - 21 clamped to 10
   // Beyond the clamps the estimate is flat: zero gradient, and never inf/NaN for extreme d.
@@ -98,7 +102,9 @@ TEST(Kl, HandValuesAndClamps) {
   auto far = f32({-1.5f, -1001.0f, 999.0f});
   compute_approx_kl(lp, far, KlType::kLowVarKl).sum().backward();
   auto g = values(lp.grad());
-  EXPECT_NEAR(g[0], 1.0 - std::exp(-0.5), 1e-6);  // d/dlogp (exp(-d) - 1 + d) = 1 - exp(-d)
+  EXPECT_NEAR(
+      g[0], 1.0 - std::exp(-0.5),
+      testing::tol::fp32_chain_bound(1.0, 4, 1));  // d/dlogp (exp(-d) - 1 + d) = 1 - exp(-d)
   EXPECT_EQ(g[1], 0.0f);
   EXPECT_EQ(g[2], 0.0f);
 }
@@ -141,12 +147,14 @@ TEST(Advantages, GrpoBroadcastAndWhitening) {
   o.normalize_advantages = true;
   auto w = values(compute_and_whiten_advantages({.rewards_S = f32({0.5, -1})}, layout, o));
   // mean 0, unbiased var = (0.25 + 0.25 + 1) / 2 = 0.75
-  EXPECT_NEAR(w[0], 0.5 / std::sqrt(0.75 + 1e-8), 1e-6);
-  EXPECT_NEAR(w[2], -1.0 / std::sqrt(0.75 + 1e-8), 1e-6);
+  // mean (3 terms), unbiased var (3 squares, 3 adds, 1 division), + eps, sqrt, division: ~12.
+  EXPECT_NEAR(w[0], 0.5 / std::sqrt(0.75 + 1e-8), testing::tol::fp32_chain_bound(1.2, 12));
+  EXPECT_NEAR(w[2], -1.0 / std::sqrt(0.75 + 1e-8), testing::tol::fp32_chain_bound(1.2, 12));
   // One masked token: no unbiased variance, var = 0 -> (A - mean) / sqrt(1e-8).
   auto one = make_response_layout({2}, f32({0, 1}));
   auto s = values(whiten_advantages(f32({3, 2}), advantage_moments(f32({3, 2}), one.loss_mask_T)));
-  EXPECT_NEAR(s[0], 1.0 / std::sqrt(1e-8), 1.0);
+  // float(1e-8), sqrt, division: 3 roundings at scale 1e4 (fp32 1e-8 itself: relative u).
+  EXPECT_NEAR(s[0], 1.0 / std::sqrt(1e-8), testing::tol::fp32_chain_bound(1e4, 4));
   EXPECT_EQ(s[1], 0.0f);
 }
 
@@ -176,16 +184,18 @@ TEST(PolicyLoss, ClipAndDualClipByHand) {
   LossOptions o;
   auto t = compute_policy_loss(lp, old, adv, layout, o);
   auto l = values(t.pg_loss_T);
-  EXPECT_NEAR(l[0], -1.2, 1e-6);  // max(-1.5, -1.2): clipped
-  EXPECT_NEAR(l[1], 1.5, 1e-6);   // max(1.5, 1.2): unclipped (pessimistic)
-  EXPECT_NEAR(l[2], 0.8, 1e-6);   // max(0.667, 0.8): clipped from below
+  // log(1.5f), exp, the clip bounds 1 +- eps as floats, one product: 4 roundings + exp at 1.5.
+  const double clip_tol = testing::tol::fp32_chain_bound(1.5, 4, 1);
+  EXPECT_NEAR(l[0], -1.2, clip_tol);  // max(-1.5, -1.2): clipped
+  EXPECT_NEAR(l[1], 1.5, clip_tol);   // max(1.5, 1.2): unclipped (pessimistic)
+  EXPECT_NEAR(l[2], 0.8, clip_tol);   // max(0.667, 0.8): clipped from below
   EXPECT_EQ(values(t.clipfrac_T), (std::vector<float>{1, 0, 1}));
   o.eps_clip_c = 1.4;
   l = values(compute_policy_loss(lp, old, adv, layout, o).pg_loss_T);
-  EXPECT_NEAR(l[1], 1.4, 1e-6);  // A < 0: min(-c*A, L)
-  EXPECT_NEAR(l[2], 0.8, 1e-6);
+  EXPECT_NEAR(l[1], 1.4, clip_tol);  // A < 0: min(-c*A, L)
+  EXPECT_NEAR(l[2], 0.8, clip_tol);
   o.eps_clip_high = 0.6;  // 1.5 < 1 + 0.6: no longer clipped
-  EXPECT_NEAR(values(compute_policy_loss(lp, old, adv, layout, o).pg_loss_T)[0], -1.5, 1e-6);
+  EXPECT_NEAR(values(compute_policy_loss(lp, old, adv, layout, o).pg_loss_T)[0], -1.5, clip_tol);
 }
 
 TEST(PolicyLoss, RatioClampAndNonFiniteOldLogProbs) {
@@ -195,8 +205,9 @@ TEST(PolicyLoss, RatioClampAndNonFiniteOldLogProbs) {
   auto old = f32({-26, std::nanf("")});  // log-ratio 25 (clamped to 20); NaN where masked
   auto t = compute_policy_loss(lp, old, f32({-1, 1}), layout, LossOptions{});
   auto l = values(t.pg_loss_T);
-  EXPECT_NEAR(l[0], 1.0 * std::exp(20.0), std::exp(20.0) * 1e-6);  // ratio clamped at e^20
-  EXPECT_EQ(l[1], -1.0f);                                          // masked: ppo_kl 0, ratio 1
+  // ratio clamped at e^20: one exp and the product, relative to e^20.
+  EXPECT_NEAR(l[0], 1.0 * std::exp(20.0), testing::tol::fp32_chain_bound(std::exp(20.0), 2, 1));
+  EXPECT_EQ(l[1], -1.0f);  // masked: ppo_kl 0, ratio 1
   EXPECT_EQ(values(t.ppo_kl_T)[1], 0.0f);
   auto t2 = compute_policy_loss(f32({-1, -1}), f32({inf, -1}), f32({1, 1}), layout, {});
   EXPECT_EQ(values(t2.ppo_kl_T)[0], 0.0f);  // inf -> 0
@@ -225,9 +236,9 @@ TEST(PolicyLoss, TisWeightsByHand) {
   EXPECT_FLOAT_EQ(v[0], 1.0f);
   EXPECT_FLOAT_EQ(v[1], 2.0f);  // e clipped to 2
   EXPECT_FLOAT_EQ(v[2], 0.5f);  // 1/e clipped up to 0.5
-  EXPECT_NEAR(v[3], std::exp(-0.1), 1e-6);
+  EXPECT_NEAR(v[3], std::exp(-0.1), testing::tol::fp32_chain_bound(1.0, 2, 1));  // 0.1f, exp
   EXPECT_EQ(values(w.clipfrac_T), (std::vector<float>{0, 1, 1, 0}));
-  EXPECT_NEAR(values(w.abs_T)[1], std::exp(1.0) - 1, 1e-6);
+  EXPECT_NEAR(values(w.abs_T)[1], std::exp(1.0) - 1, testing::tol::fp32_chain_bound(2.8, 2, 1));
 }
 
 TEST(PolicyLoss, TotalCombinesEntropyAndKl) {
@@ -240,9 +251,11 @@ TEST(PolicyLoss, TotalCombinesEntropyAndKl) {
   LossOptions o{.entropy_coef = 0.1, .use_kl_loss = true, .kl_loss_coef = 0.5};
   auto r = policy_loss(in, layout, o);
   // pg = -2, entropy = 2, k1 kl = mean(0.5, -0.5) = 0: loss = -2 - 0.2 + 0
-  EXPECT_NEAR(r.loss.item<double>(), -2.2, 1e-6);
-  EXPECT_NEAR(metric(r, "entropy_loss"), 2.0, 1e-6);
-  EXPECT_NEAR(metric(r, "kl_loss"), 0.0, 1e-6);
+  // Means of two terms and products with the float coefficients: ~8 roundings at scale 2.2.
+  const double total_tol = testing::tol::fp32_chain_bound(2.2, 8, 1);
+  EXPECT_NEAR(r.loss.item<double>(), -2.2, total_tol);
+  EXPECT_NEAR(metric(r, "entropy_loss"), 2.0, total_tol);
+  EXPECT_NEAR(metric(r, "kl_loss"), 0.0, total_tol);
 }
 
 TEST(PolicyLoss, OpsmAndEssByHand) {
@@ -254,10 +267,13 @@ TEST(PolicyLoss, OpsmAndEssByHand) {
                 .advantages_T = f32({-1, -1, 1})};
   LossOptions o{.use_opsm = true, .opsm_delta = 0.1};
   auto r = policy_loss(in, layout, o);
-  EXPECT_NEAR(r.loss.item<double>(), -1.0, 1e-6);  // only sample 1: -ratio*A = -1
-  EXPECT_NEAR(metric(r, "opsm_clipfrac"), 1.0, 1e-6);
+  // Per sample: mean log-ratio, exp for the weights, sums, squares, a division: <= 12
+  // roundings and 2 exps at scale 2 (ess_ratio sums two samples' values).
+  const double opsm_tol = testing::tol::fp32_chain_bound(2.0, 12, 2);
+  EXPECT_NEAR(r.loss.item<double>(), -1.0, opsm_tol);  // only sample 1: -ratio*A = -1
+  EXPECT_NEAR(metric(r, "opsm_clipfrac"), 1.0, opsm_tol);
   const double e = std::exp(-1.0);
-  EXPECT_NEAR(metric(r, "ess_ratio"), (e + 1) * (e + 1) / (2 * (e * e + 1)) + 1.0, 1e-6);
+  EXPECT_NEAR(metric(r, "ess_ratio"), (e + 1) * (e + 1) / (2 * (e * e + 1)) + 1.0, opsm_tol);
 }
 
 TEST(PolicyLoss, AlgorithmOptionRules) {
