@@ -131,7 +131,13 @@ Drift drift_vs_torch_default(const AdamWCase& c, const Run& r, const io::Safeten
 // round after every op. Measured over these 3-6 steps: parameters within 1.6 roundings,
 // moments within 1 ulp (furlong's foreach equals torch's for-loop exactly on CPU). Bounds:
 // 4 of each, slack for a few more roundings; a missing bias correction or weight decay moves
-// results by thousands. (Subtler slips are the bit-identity test's job.)
+// results by thousands. (Subtler slips are the bit-identity test's job.) These are regression
+// limits, not derived bounds: counting roundings (~14 per element and step, S steps, both sides)
+// gives lambda sqrt(28 S) / 2 ~ 40 roundings, which would hide real slips. They do not depend on
+// the CPU: AdamW is elementwise (no reductions, so no lane counts, blockings or thread splits),
+// +, -, *, / and sqrt are correctly rounded in every ATen code path, and the only CPU-dependent
+// difference is FMA contraction in furlong's x86-64-v3/v4 clones (one rounding fewer per
+// contraction, within the count).
 TEST(AdamWOracle, Fp32ImplsMatchPyTorchDefaultWithinAFewRoundings) {
   for (const auto& c : testing::adamw_cases()) {
     if (c.dtype != "float32") continue;
