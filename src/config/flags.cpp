@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -30,8 +31,12 @@ int64_t parse_int(const std::string& text, const std::string& source) {
   int64_t value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  FURLONG_CHECK(ec != std::errc::result_out_of_range || ptr != end, source, ": ",
+                truncate_for_message(text), " is outside the 64-bit integer range [",
+                std::numeric_limits<int64_t>::min(), ", ", std::numeric_limits<int64_t>::max(),
+                "]");
   FURLONG_CHECK(ec == std::errc() && ptr == end && !text.empty(), source,
-                ": expected an integer, got '", text, "'");
+                ": expected an integer, got '", truncate_for_message(text), "'");
   return value;
 }
 
@@ -238,8 +243,8 @@ void FlagSet::fail_unknown(const std::string& name, const std::string& where) co
   std::vector<std::string> names;
   for (const auto& f : flags_) names.push_back(f.name);
   auto hint = closest_match(name, names);
-  FURLONG_FAIL("unknown flag --", name, hint ? " (did you mean --" + *hint + "?)" : "", "; see `",
-               where, " --help`");
+  FURLONG_FAIL("unknown flag --", truncate_for_message(name),
+               hint ? " (did you mean --" + *hint + "?)" : "", "; see `", where, " --help`");
 }
 
 void FlagSet::apply_yaml_file(const std::string& path) {
@@ -267,7 +272,8 @@ void FlagSet::apply_yaml_file(const std::string& path) {
     std::replace(name.begin(), name.end(), '_', '-');
     if (find(name) == nullptr) {
       auto hint = closest_match(key, known);
-      unknown.push_back("'" + key + "'" + (hint ? " (did you mean '" + *hint + "'?)" : ""));
+      unknown.push_back("'" + truncate_for_message(key) + "'" +
+                        (hint ? " (did you mean '" + *hint + "'?)" : ""));
     } else {
       entries.emplace_back(name, kv.second);
     }

@@ -1,11 +1,12 @@
 // JSON parsing and typed field access whose errors name the source and the field.
 //   auto cfg = read_json_file(dir / "config.json");
 //   int64_t h = json_get<int64_t>(cfg, "hidden_size", "config.json");
-//   -> "model/config.json: field 'hidden_size' must be an integer, got string \"64\""
+//   -> "model/config.json: field 'hidden_size' must be an integer ..., got string \"64\""
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,13 +23,28 @@ using Json = nlohmann::json;
 // for big files such as tokenizer.json: ordered objects look keys up linearly.)
 using OrderedJson = nlohmann::ordered_json;
 
-// `where` names the source in messages (a path, "line 3 of in.jsonl", ...).
-Json parse_json(std::string_view text, const std::string& where);
-OrderedJson parse_ordered_json(std::string_view text, const std::string& where);
+// How deeply arrays and objects may nest in JSON that furlong reads (request bodies, JSONL rows,
+// model files). Real inputs nest a few levels (tokenizer.json 5, chat messages with tool calls
+// about 10); nlohmann's parser is iterative, but dump(), copies and comparisons recurse, so a
+// body of 60,000 nested arrays would overflow the stack later. 0 < depth <= this limit.
+inline constexpr int kMaxJsonDepth = 128;
+
+// `where` names the source in messages (a path, "line 3 of in.jsonl", ...). Every parse is
+// bounded: nesting deeper than `max_depth` and numbers beyond a double (1e400) are
+// furlong::Errors naming the source, the limit or the field.
+Json parse_json(std::string_view text, const std::string& where, int max_depth = kMaxJsonDepth);
+OrderedJson parse_ordered_json(std::string_view text, const std::string& where,
+                               int max_depth = kMaxJsonDepth);
+// The same parser as a template, for code that names its JSON type (Json or OrderedJson).
+template <typename J>
+J parse_json_bounded(std::string_view text, const std::string& where,
+                     int max_depth = kMaxJsonDepth);
 Json read_json_file(const std::filesystem::path& path);
+OrderedJson read_ordered_json_file(const std::filesystem::path& path);
 std::string json_type_name(const Json& value);
 std::string json_type_name(const OrderedJson& value);
-// A short rendering of a value for error messages (truncated).
+// A short rendering of a value for error messages: at most ~60 characters, nested values past
+// the first few levels shown as [...] / {...}; never walks the whole value.
 std::string json_excerpt(const Json& value);
 std::string json_excerpt(const OrderedJson& value);
 
@@ -41,6 +57,13 @@ const char* json_expected_name();
 
 template <typename T, typename J>
 T json_as(const J& value, std::string_view field, const std::string& where) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // An integer that does not fit T: say so with its range (never a narrowed value).
+    FURLONG_CHECK(!value.is_number_integer() || detail::json_holds<T>(value), where, ": field '",
+                  field, "' must be ", detail::json_expected_name<T>(), " in [",
+                  +std::numeric_limits<T>::min(), ", ", +std::numeric_limits<T>::max(), "], got ",
+                  json_excerpt(value));
+  }
   FURLONG_CHECK(detail::json_holds<T>(value), where, ": field '", field, "' must be ",
                 detail::json_expected_name<T>(), ", got ", json_type_name(value), " ",
                 json_excerpt(value));
@@ -78,9 +101,17 @@ bool json_holds(const J& v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v.is_boolean();
   } else if constexpr (std::is_integral_v<T>) {
-    return v.is_number_integer() && (std::is_signed_v<T> || !v.is_number_float()) &&
-           !(std::is_unsigned_v<T> && v.is_number_integer() && !v.is_number_unsigned() &&
-             v.template get<int64_t>() < 0);
+    // The value must fit T: 2^63 must not read back as a negative int64_t, nor 2^40 as int 0.
+    if (v.is_number_unsigned()) {
+      return v.template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    }
+    if (!v.is_number_integer()) return false;
+    const auto i = v.template get<int64_t>();
+    if constexpr (std::is_unsigned_v<T>) {
+      return i >= 0 && static_cast<uint64_t>(i) <= std::numeric_limits<T>::max();
+    } else {
+      return i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max();
+    }
   } else if constexpr (std::is_floating_point_v<T>) {
     return v.is_number();
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -88,7 +119,7 @@ bool json_holds(const J& v) {
   } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
     if (!v.is_array()) return false;
     for (const auto& e : v)
-      if (!e.is_number_integer()) return false;
+      if (!json_holds<int64_t>(e)) return false;
     return true;
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     if (!v.is_array()) return false;

@@ -12,6 +12,8 @@ namespace furlong {
 
 std::vector<JsonlRow> read_jsonl(const std::filesystem::path& path) {
   FURLONG_CHECK(std::filesystem::exists(path), path.string(), ": input file not found");
+  FURLONG_CHECK(!std::filesystem::is_directory(path), path.string(),
+                ": is a directory; expected a JSONL file (one JSON object per line)");
   std::vector<JsonlRow> rows;
   for_each_line(path, [&](int64_t line_number, const std::string& line) {
     std::string where = path.string() + ":" + std::to_string(line_number);
@@ -58,8 +60,9 @@ void JsonlWriter::commit() {
 }
 
 std::string float_to_json(float value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  // JSON has no NaN or Infinity: a non-finite value is written as null (as Python's
+  // json.dumps(..., allow_nan=False) callers and nlohmann do).
+  if (!std::isfinite(value)) return "null";
   char buf[32];
   auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), value);
   return std::string(buf, ptr);

@@ -19,7 +19,8 @@ struct JsonlRow {
   OrderedJson value;  // always an object; keys in file order
 };
 
-// Reads every non-blank line; each must be a JSON object.
+// Reads every non-blank line; each must be a JSON object, nested at most kMaxJsonDepth levels.
+// A missing path or a directory is an error naming the path.
 std::vector<JsonlRow> read_jsonl(const std::filesystem::path& path);
 
 class JsonlWriter {
@@ -43,7 +44,8 @@ class JsonlWriter {
   std::FILE* file_ = nullptr;
 };
 
-// Shortest decimal text that reads back as the same float (for compact log-prob output).
+// Shortest decimal text that reads back as the same float (for compact log-prob output); NaN
+// and +-Infinity, which JSON cannot spell, become null.
 std::string float_to_json(float value);
 std::string floats_to_json_array(const float* values, int64_t n);
 

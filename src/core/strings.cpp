@@ -54,9 +54,14 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::optional<std::string> closest_match(std::string_view word,
                                          const std::vector<std::string>& candidates) {
+  if (word.size() > kMaxTypoWordBytes) return std::nullopt;
+  const size_t max_accepted = std::max<size_t>(word.size(), 3) / 3;
   std::optional<std::string> best;
   size_t best_distance = 0;
   for (const auto& c : candidates) {
+    // The distance is at least the length difference: skip what could never be accepted.
+    size_t length_gap = c.size() > word.size() ? c.size() - word.size() : word.size() - c.size();
+    if (length_gap > max_accepted) continue;
     size_t d = edit_distance(word, c);
     if (!best || d < best_distance) {
       best = c;
@@ -66,6 +71,14 @@ std::optional<std::string> closest_match(std::string_view word,
   // Accept roughly a third of the word's length in edits (difflib's 0.6 ratio in spirit).
   if (best && best_distance * 3 <= std::max<size_t>(word.size(), 3)) return best;
   return std::nullopt;
+}
+
+std::string truncate_for_message(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t keep = max_bytes > 3 ? max_bytes - 3 : 0;
+  // Back up over UTF-8 continuation bytes (10xxxxxx) so a character is not cut in half.
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  return std::string(text.substr(0, keep)) + "... (" + std::to_string(text.size()) + " bytes)";
 }
 
 }  // namespace furlong

@@ -12,8 +12,14 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 size_t edit_distance(std::string_view a, std::string_view b);
-// The candidate closest to `word`, if it is close enough to be a plausible typo.
+// The candidate closest to `word`, if it is close enough to be a plausible typo. Cost is bounded
+// whatever `word` is: words longer than kMaxTypoWordBytes get no suggestion, and candidates
+// whose length alone rules them out are skipped.
+inline constexpr size_t kMaxTypoWordBytes = 256;
 std::optional<std::string> closest_match(std::string_view word,
                                          const std::vector<std::string>& candidates);
+// `text` cut to about `max_bytes`, then "... (N bytes)", for echoing user input in messages
+// (a 10 MB field name must not become a 10 MB error body). Never splits a UTF-8 sequence.
+std::string truncate_for_message(std::string_view text, size_t max_bytes = 80);
 
 }  // namespace furlong

@@ -23,6 +23,18 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
+// The calling thread's buffers, reused across calls and released after a piece larger than
+// kMaxRetainedScratch: a server keeps one per handler thread (256 by default), so a 10 MB
+// prompt must not leave ~40 MB behind in each.
+std::vector<int32_t>& thread_piece_ids() {
+  thread_local std::vector<int32_t> ids;
+  return ids;
+}
+size_t& thread_merge_bytes() {
+  thread_local size_t bytes = 0;
+  return bytes;
+}
+
 // UTF-8 length of the character whose lead byte is `b` (text is valid UTF-8).
 size_t char_length(unsigned char b) {
   return b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
@@ -245,6 +257,11 @@ void Bpe::merge(std::vector<int32_t>& ids) const {
     std::vector<Symbol>().swap(symbols);
     std::vector<Candidate>().swap(heap);
   }
+  thread_merge_bytes() = symbols.capacity() * sizeof(Symbol) + heap.capacity() * sizeof(Candidate);
+}
+
+size_t bpe_thread_scratch_bytes() {
+  return thread_piece_ids().capacity() * sizeof(int32_t) + thread_merge_bytes();
 }
 
 bool Bpe::cache_lookup(std::string_view piece, size_t hash, std::vector<int64_t>& out) const {
@@ -274,12 +291,13 @@ void Bpe::tokenize(std::string_view piece, std::vector<int64_t>& out) const {
   const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
   const size_t hash = cacheable ? StringHash{}(piece) : 0;
   if (cacheable && cache_lookup(piece, hash, out)) return;
-  thread_local std::vector<int32_t> ids;
+  std::vector<int32_t>& ids = thread_piece_ids();
   ids.clear();
   initial_symbols(piece, ids);
   merge(ids);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) cache_store(piece, hash, ids);
+  if (ids.capacity() > kMaxRetainedScratch) std::vector<int32_t>().swap(ids);
 }
 
 std::optional<int64_t> Bpe::token_to_id(std::string_view token) const {

@@ -69,4 +69,8 @@ class Bpe {
   mutable std::array<CacheShard, kCacheShards> cache_;
 };
 
+// Bytes the calling thread's BPE buffers keep between calls: bounded (a few hundred KiB)
+// whatever was encoded before.
+size_t bpe_thread_scratch_bytes();
+
 }  // namespace furlong::tokenizer

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_util.h"
 #include "tokenizer/jinja/evaluator.h"
 #include "tokenizer/jinja/parser.h"
 
@@ -50,13 +51,9 @@ namespace {
 OJson read_config(const fs::path& dir) {
   fs::path path = dir / "tokenizer_config.json";
   if (!fs::exists(path)) return OJson::object();
-  try {
-    OJson j = OJson::parse(read_file(path));
-    FURLONG_CHECK(j.is_object(), path.string(), ": expected a JSON object");
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    FURLONG_FAIL(path.string(), ": invalid JSON: ", e.what());
-  }
+  OJson j = parse_json_bounded<OJson>(read_file(path), path.string());
+  FURLONG_CHECK(j.is_object(), path.string(), ": expected a JSON object");
+  return j;
 }
 
 std::string label(const fs::path& dir, const std::string& what) {
@@ -118,7 +115,11 @@ std::optional<std::string> token_text(const OJson& v, bool require_added_token_t
 OJson load_special_tokens(const fs::path& dir, OJson config) {
   fs::path legacy = dir / "special_tokens_map.json";
   if (!config.contains("added_tokens_decoder") && fs::exists(legacy)) {
-    OJson map = OJson::parse(read_file(legacy), nullptr, false);
+    OJson map;  // optional: a file that does not parse is ignored
+    try {
+      map = parse_json_bounded<OJson>(read_file(legacy), legacy.string());
+    } catch (const Error&) {
+    }
     if (map.is_object())
       for (const auto& [k, v] : map.items())
         if (k != "extra_special_tokens" && k != "additional_special_tokens") config[k] = v;
