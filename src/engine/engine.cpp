@@ -15,8 +15,10 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/digest.h"
 #include "core/dtype.h"
@@ -35,6 +37,8 @@ namespace furlong::engine {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr int64_t kMaxThreads = 1 << 16;  // set_num_threads takes an int
 
 // eos ids: the tokenizer's eos token plus generation_config.json's eos_token_id (int or list).
 std::vector<int64_t> eos_token_ids(const fs::path& dir, const tokenizer::Tokenizer& tok) {
@@ -87,6 +91,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
                 "engine: max_running_requests must be positive, got ",
                 options.max_running_requests);
   FURLONG_CHECK(options.max_prefill_tokens > 0, "engine: max_prefill_tokens must be positive");
+  FURLONG_CHECK(options.num_threads >= 0 && options.num_threads <= kMaxThreads,
+                "engine: num_threads must be in [0, ", kMaxThreads, "], got ", options.num_threads);
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
   impl->device = choose_device(options.device);
   models::LoadOptions load;
@@ -105,7 +111,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   const auto& cfg = impl->model->config();
   impl->context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
-  int64_t blocks = (options.max_total_tokens + options.kv_block_size - 1) / options.kv_block_size;
+  int64_t blocks = options.max_total_tokens / options.kv_block_size +
+                   (options.max_total_tokens % options.kv_block_size != 0);  // no overflow
   impl->cache = std::make_unique<KvCache>(
       cfg.num_hidden_layers, blocks, options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
       at::TensorOptions().dtype(impl->dtype).device(impl->device));
@@ -180,10 +187,13 @@ void Engine::Impl::validate(const GenerateRequest& r) const {
   FURLONG_CHECK(p.min_p >= 0 && p.min_p < 1, "generate: min_p must be in [0, 1), got ", p.min_p);
   FURLONG_CHECK(p.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
                 p.max_new_tokens);
-  const int64_t total = static_cast<int64_t>(r.input_ids.size()) + p.max_new_tokens;
-  FURLONG_CHECK(total <= context_length, "generate: prompt (", r.input_ids.size(),
-                " tokens) + max_new_tokens (", p.max_new_tokens, ") = ", total,
-                " exceeds the context length ", context_length);
+  // Checked without forming prompt + max_new_tokens first: near 2^63 the sum overflows.
+  const auto prompt_tokens = static_cast<int64_t>(r.input_ids.size());
+  FURLONG_CHECK(
+      prompt_tokens <= context_length && p.max_new_tokens <= context_length - prompt_tokens,
+      "generate: prompt (", prompt_tokens, " tokens) + max_new_tokens (", p.max_new_tokens,
+      ") exceeds the context length ", context_length);
+  const int64_t total = prompt_tokens + p.max_new_tokens;
   const int64_t capacity = cache->num_blocks() * cache->block_size();
   FURLONG_CHECK(cache->blocks_for(total) <= cache->num_blocks(),
                 "generate: prompt + "
@@ -298,6 +308,8 @@ void Engine::Impl::scheduler_loop() {
         auto done = step();
         finished.insert(finished.end(), done.begin(), done.end());
       } catch (const std::exception& e) {
+        // Failures of one sequence are handled inside step(); this is a failure of the step
+        // itself (e.g. the weights are gone), which no running request can survive.
         LOG_ERROR("engine step failed: ", e.what(), "; aborting the running requests");
         std::lock_guard<std::mutex> g(mu);
         for (const auto& s : running) {
@@ -308,6 +320,7 @@ void Engine::Impl::scheduler_loop() {
     }
     for (const auto& s : finished) {
       if (!s->error.empty()) {
+        s->out.error = s->error;
         std::lock_guard<std::mutex> g(mu);
         step_errors[s->id] = s->error;
       }
@@ -363,75 +376,56 @@ void Engine::Impl::check_weights_present() const {
                 "refilled by a weight update; cannot generate");
 }
 
+// Admits waiting requests, then picks this step's sequences: every decode, and prompts while
+// the prefill budget lasts (at least one per step).
+std::vector<std::shared_ptr<Sequence>> Engine::Impl::select_batch() {
+  std::lock_guard<std::mutex> lock(mu);
+  admit();
+  std::vector<std::shared_ptr<Sequence>> batch;
+  int64_t prefill_budget = options.max_prefill_tokens;
+  for (const auto& s : running) {
+    int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
+    if (s->num_cached == 0) {
+      if (n > prefill_budget && prefill_budget < options.max_prefill_tokens) continue;
+      prefill_budget -= n;
+    }
+    batch.push_back(s);
+  }
+  return batch;
+}
+
+void Engine::Impl::fail_sequence(Sequence& s, const std::string& why) {
+  LOG_ERROR("engine: request ", s.id, " failed and is ended alone: ", why);
+  std::lock_guard<std::mutex> lock(mu);
+  s.error = why;
+  abort_requested.insert(s.id);
+  cv.notify_all();
+}
+
 std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
   check_weights_present();
-  std::vector<std::shared_ptr<Sequence>> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    admit();
-    // Decodes always; prompts while the prefill budget lasts (at least one per step).
-    int64_t prefill_budget = options.max_prefill_tokens;
-    for (const auto& s : running) {
-      int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
-      if (s->num_cached == 0) {
-        if (n > prefill_budget && prefill_budget < options.max_prefill_tokens) continue;
-        prefill_budget -= n;
-      }
-      batch.push_back(s);
-    }
-  }
+  auto batch = select_batch();
   std::vector<std::shared_ptr<Sequence>> finished;
-  std::vector<StepSequence> steps;
   std::vector<std::shared_ptr<Sequence>> to_run;
   for (const auto& s : batch) {
     if (s->sampling.max_new_tokens == 0) {
       finish(s, FinishReason::kLength);
       finished.push_back(s);
-      continue;
+    } else if (s->slots.numel() < static_cast<int64_t>(s->tokens.size())) {
+      // Never write K/V outside the request's own reservation.
+      fail_sequence(*s, "its KV-cache reservation (" + std::to_string(s->slots.numel()) +
+                            " slots) does not cover its " + std::to_string(s->tokens.size()) +
+                            " tokens");
+    } else {
+      to_run.push_back(s);
     }
-    int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
-    steps.push_back({s->tokens.data() + s->num_cached, n, s->num_cached, s->slots});
-    to_run.push_back(s);
   }
-  if (!steps.empty()) {
-    auto hidden_BD = paged_forward(*model, *cache, steps, forward);
-    auto logits_BV = lm_head_logits(*model, hidden_BD);
-    auto logits32_BV = logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
-    std::vector<int64_t> chosen(to_run.size());
-    for (size_t i = 0; i < to_run.size(); ++i) {
-      auto& s = *to_run[i];
-      s.num_cached = static_cast<int64_t>(s.tokens.size());
-      chosen[i] = sample_token(logits32_BV[static_cast<int64_t>(i)], s.sampling, s.rng);
-    }
-    // Log-probs: the trainer's arithmetic on the same logits, one call per temperature.
-    std::vector<float> logprobs(to_run.size());
-    std::vector<bool> done_row(to_run.size(), false);
-    for (size_t i = 0; i < to_run.size(); ++i) {
-      if (done_row[i]) continue;
-      double t = to_run[i]->sampling.temperature;
-      std::vector<int64_t> rows;
-      for (size_t j = i; j < to_run.size(); ++j) {
-        if (!done_row[j] && to_run[j]->sampling.temperature == t) {
-          rows.push_back(static_cast<int64_t>(j));
-          done_row[j] = true;
-        }
-      }
-      auto idx = at::tensor(rows, at::kLong).to(logits_BV.device());
-      std::vector<int64_t> targets;
-      for (auto r : rows) targets.push_back(chosen[r]);
-      auto lp = models::logprobs_from_logits(logits_BV.index_select(0, idx),
-                                             at::tensor(targets, at::kLong).to(logits_BV.device()),
-                                             t == 0.0 ? 1.0 : t)
-                    .to(at::kCPU);
-      for (size_t k = 0; k < rows.size(); ++k) logprobs[rows[k]] = lp[k].item<float>();
-    }
-    for (size_t i = 0; i < to_run.size(); ++i) append_token(*to_run[i], chosen[i], logprobs[i]);
-  }
+  if (!to_run.empty()) advance_isolating_failures(to_run);
   std::vector<std::shared_ptr<Sequence>> completed;
   for (const auto& s : to_run) {
     if (s->num_cached < 0) completed.push_back(s);  // marked finished by append_token
   }
-  if (options.exact_logprobs && !completed.empty()) recompute_logprobs(completed);
+  if (options.exact_logprobs && !completed.empty()) recompute_isolating_failures(completed);
   finished.insert(finished.end(), completed.begin(), completed.end());
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& s : finished) {
@@ -445,6 +439,99 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
                      [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
       running.end());
   return finished;
+}
+
+void Engine::Impl::advance_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs) {
+  std::vector<int64_t> chosen;
+  std::vector<float> logprobs;
+  try {
+    std::tie(chosen, logprobs) = forward_and_sample(seqs);
+  } catch (const std::exception& e) {
+    if (seqs.size() == 1) return fail_sequence(*seqs[0], e.what());
+    LOG_WARN("engine: a step over ", seqs.size(), " requests failed (", e.what(),
+             "); running each alone to find the failing ones");
+    for (const auto& s : seqs) advance_isolating_failures({s});
+    return;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    auto& s = *seqs[i];
+    try {
+      s.num_cached = static_cast<int64_t>(s.tokens.size());
+      append_token(s, chosen[i], logprobs[i]);
+    } catch (const std::exception& e) {  // e.g. its token callback threw
+      fail_sequence(s, e.what());
+    }
+  }
+}
+
+std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sample(
+    const std::vector<std::shared_ptr<Sequence>>& seqs) {
+  std::vector<StepSequence> steps;
+  std::vector<std::mt19937_64> rngs_before;
+  for (const auto& s : seqs) {
+    int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
+    steps.push_back({s->tokens.data() + s->num_cached, n, s->num_cached, s->slots});
+    rngs_before.push_back(s->rng);
+  }
+  try {
+    auto hidden_BD = paged_forward(*model, *cache, steps, forward);
+    auto logits_BV = lm_head_logits(*model, hidden_BD);
+    auto logits32_BV = logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
+    std::vector<int64_t> chosen(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      chosen[i] =
+          sample_token(logits32_BV[static_cast<int64_t>(i)], seqs[i]->sampling, seqs[i]->rng);
+    }
+    return {chosen, step_logprobs(seqs, logits_BV, chosen)};
+  } catch (...) {
+    // A retry must draw the same tokens: give every sequence its generator back.
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->rng = rngs_before[i];
+    throw;
+  }
+}
+
+// Log-probs: the trainer's arithmetic on the same logits, one call per temperature.
+std::vector<float> Engine::Impl::step_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs,
+                                               const at::Tensor& logits_BV,
+                                               const std::vector<int64_t>& chosen) {
+  std::vector<float> logprobs(seqs.size());
+  std::vector<bool> done_row(seqs.size(), false);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (done_row[i]) continue;
+    double t = seqs[i]->sampling.temperature;
+    std::vector<int64_t> rows;
+    for (size_t j = i; j < seqs.size(); ++j) {
+      if (!done_row[j] && seqs[j]->sampling.temperature == t) {
+        rows.push_back(static_cast<int64_t>(j));
+        done_row[j] = true;
+      }
+    }
+    auto idx = at::tensor(rows, at::kLong).to(logits_BV.device());
+    std::vector<int64_t> targets;
+    for (auto r : rows) targets.push_back(chosen[r]);
+    auto lp = models::logprobs_from_logits(logits_BV.index_select(0, idx),
+                                           at::tensor(targets, at::kLong).to(logits_BV.device()),
+                                           t == 0.0 ? 1.0 : t)
+                  .to(at::kCPU);
+    for (size_t k = 0; k < rows.size(); ++k) logprobs[rows[k]] = lp[k].item<float>();
+  }
+  return logprobs;
+}
+
+void Engine::Impl::recompute_isolating_failures(
+    const std::vector<std::shared_ptr<Sequence>>& seqs) {
+  try {
+    recompute_logprobs(seqs);
+  } catch (const std::exception& e) {
+    if (seqs.size() > 1) {
+      for (const auto& s : seqs) recompute_isolating_failures({s});
+      return;
+    }
+    // Finished already: it is delivered in this step, ended with the error.
+    LOG_ERROR("engine: request ", seqs[0]->id, " failed and is ended alone: ", e.what());
+    seqs[0]->error = e.what();
+    seqs[0]->out.finish_reason = FinishReason::kAbort;
+  }
 }
 
 // The trainer's computation over the finished sequences, packed as documents: forward_hidden,

@@ -71,6 +71,9 @@ struct GenerateOutput {
   std::string matched_stop_string;  // when a stop string ended generation
   int64_t prompt_tokens = 0;
   int64_t weight_version = 0;  // the weights every token was generated with
+  // Why the engine ended this request when a step failed for it (finish reason abort); empty
+  // otherwise. A failure is charged to the request it belongs to: the others go on.
+  std::string error;
 };
 
 using RequestId = int64_t;

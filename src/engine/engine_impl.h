@@ -13,6 +13,8 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "dist/process_group.h"
 #include "engine/engine.h"
@@ -82,6 +84,19 @@ struct Engine::Impl {
   std::vector<std::shared_ptr<Sequence>> take_aborts();
   void admit();
   std::vector<std::shared_ptr<Sequence>> step();
+  std::vector<std::shared_ptr<Sequence>> select_batch();
+  // Runs `seqs` through one forward pass and appends their next tokens. When the pass fails,
+  // each sequence is retried alone, so a failure ends only the sequences it belongs to.
+  void advance_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs);
+  // The forward pass and sampling of advance(): throws with no sequence changed.
+  std::pair<std::vector<int64_t>, std::vector<float>> forward_and_sample(
+      const std::vector<std::shared_ptr<Sequence>>& seqs);
+  std::vector<float> step_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs,
+                                   const at::Tensor& logits_BV, const std::vector<int64_t>& chosen);
+  void recompute_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs);
+  // Ends `s` alone with `why` (finish reason abort, GenerateOutput::error); the next loop
+  // iteration delivers it. Called without mu held.
+  void fail_sequence(Sequence& s, const std::string& why);
   void append_token(Sequence& s, int64_t token, float logprob);
   void recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs);
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "engine/engine.h"
 
 namespace furlong::engine {
@@ -42,7 +43,8 @@ SamplingParams parse_sampling_params(const Json& json, const std::string& where)
   FURLONG_CHECK(json.is_object(), where, ": sampling_params must be a JSON object, got ",
                 json_type_name(json));
   for (const auto& [key, value] : json.items()) {
-    FURLONG_CHECK(known_keys().count(key), where, ": unknown sampling_params key '", key,
+    FURLONG_CHECK(known_keys().count(key), where, ": unknown sampling_params key '",
+                  truncate_for_message(key),
                   "' (expected one of temperature, top_p, top_k, min_p, max_new_tokens, stop, "
                   "stop_token_ids, ignore_eos, seed, sampling_seed, skip_special_tokens, "
                   "no_stop_trim)");
