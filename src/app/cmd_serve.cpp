@@ -37,6 +37,8 @@ engine::server::ServerOptions server_options(const ServeOptions& o) {
   s.port = static_cast<int>(o.port);
   s.api_key = o.api_key;
   s.max_concurrent_requests = o.max_concurrent_requests;
+  s.max_request_bytes = o.max_request_bytes;
+  s.paused_request_timeout_s = o.paused_request_timeout_s;
   s.served_model_name = o.served_model_name;
   if (!is_loopback(o.host) && o.api_key.empty()) {
     LOG_WARN("serving on ", o.host, " without --api-key: anyone who can reach it can use it");

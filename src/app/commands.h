@@ -65,6 +65,8 @@ struct ServeOptions {
   int64_t port = 30000;
   std::string api_key;
   int64_t max_concurrent_requests = 256;
+  int64_t max_request_bytes = int64_t{64} << 20;  // engine::server::kDefaultMaxRequestBytes
+  double paused_request_timeout_s = 0;            // 0 = queue until /continue_generation
 };
 
 // `furlong generate`: batched generation of JSONL prompts through the rollout engine.

@@ -18,6 +18,12 @@ void register_flags(config::FlagSet& f, ServeOptions& o) {
         "require 'Authorization: Bearer <key>' on every endpoint except /health*");
   f.add("max-concurrent-requests", &o.max_concurrent_requests,
         "HTTP handler threads: connections served at once (a generation holds one until done)");
+  f.add("max-request-bytes", &o.max_request_bytes,
+        "largest request body accepted; larger ones are answered 413 before they are read");
+  f.add("paused-request-timeout", &o.paused_request_timeout_s,
+        "seconds a generation request may wait while generation is paused "
+        "(/pause_generation) before it is answered 503 (0 = wait for /continue_generation, as "
+        "SGLang does)");
 }
 
 }  // namespace furlong::app

@@ -28,7 +28,8 @@ void check_keys(const std::vector<std::string>& keys, std::initializer_list<std:
   std::vector<std::string> known_list(known.begin(), known.end());
   for (const auto& key : keys) {
     if (std::find(known_list.begin(), known_list.end(), key) != known_list.end()) continue;
-    std::string message = where + ": unknown field '" + key + "'";
+    // A name can be megabytes long: the suggestion search and the echo are both bounded.
+    std::string message = where + ": unknown field '" + truncate_for_message(key) + "'";
     if (auto close = closest_match(key, known_list)) message += " (did you mean '" + *close + "'?)";
     bad_request(message + "; accepted fields: " + join(known_list, ", "));
   }
@@ -59,12 +60,14 @@ void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
                   " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
     }
   }
-  auto total = static_cast<int64_t>(ids.size()) + max_new_tokens;
-  if (total > limits.context_length) {
-    bad_request(where + ": the prompt (" + std::to_string(ids.size()) +
+  // Compared without forming prompt + max_new_tokens, which overflows for max_new_tokens near
+  // 2^63 (and would then pass the check).
+  const auto prompt_tokens = static_cast<int64_t>(ids.size());
+  if (prompt_tokens > limits.context_length ||
+      max_new_tokens > limits.context_length - prompt_tokens) {
+    bad_request(where + ": the prompt (" + std::to_string(prompt_tokens) +
                 " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
-                ") = " + std::to_string(total) + " exceeds the context length " +
-                std::to_string(limits.context_length));
+                ") exceeds the context length " + std::to_string(limits.context_length));
   }
 }
 

@@ -5,12 +5,14 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -57,20 +59,44 @@ bool same_secret(const std::string& given, const std::string& expected) {
   return diff == 0;
 }
 
-// weight_version arrives as an integer or (SGLang's type) a string of digits.
-int64_t parse_version(const Json& value, const std::string& where) {
-  if (value.is_number_integer()) return value.get<int64_t>();
-  if (value.is_string()) {
+// A weight version (`field`) arrives as an integer or (SGLang's type) a string of digits; it
+// must be >= 0 (the engine counts versions from 0).
+int64_t parse_version(const Json& value, const std::string& field, const std::string& where) {
+  std::optional<int64_t> version;
+  if (value.is_number_integer() &&
+      !(value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    version = value.get<int64_t>();
+  } else if (value.is_string()) {
     const auto& s = value.get_ref<const std::string&>();
     try {
       size_t used = 0;
       int64_t v = std::stoll(s, &used);
-      if (used == s.size()) return v;
+      if (used == s.size()) version = v;
     } catch (const std::exception&) {
     }
   }
-  bad_request(where + ": 'weight_version' must be an integer (or a string of digits), got " +
-              json_excerpt(value));
+  if (!version) {
+    bad_request(where + ": '" + field +
+                "' must be an integer (or a string of digits) in the signed 64-bit range, got " +
+                json_excerpt(value));
+  }
+  if (*version < 0) {
+    bad_request(where + ": '" + field + "' must be >= 0, got " + std::to_string(*version));
+  }
+  return *version;
+}
+
+// An integer field that must lie in [lo, hi]; the message shows the value as given (never a
+// narrowed one: a port of 2^40 is not reported as 0).
+int int_field(const Json& body, const char* field, int64_t lo, int64_t hi,
+              const std::string& where) {
+  auto value = json_get<int64_t>(body, field, where);
+  if (value < lo || value > hi) {
+    bad_request(where + ": '" + field + "' must be in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "], got " + std::to_string(value));
+  }
+  return static_cast<int>(value);
 }
 
 std::string strip_torch_prefix(std::string dtype) {
@@ -121,6 +147,8 @@ struct EngineServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<bool> stopped{false};
   std::atomic<bool> paused{false};
+  // When /pause_generation paused the server (steady-clock ticks); meaningful while paused.
+  std::atomic<Clock::rep> paused_since{0};
   std::atomic<int64_t> next_rid{0};
   std::mutex rids_mutex;
   std::unordered_map<std::string, RequestId> active;  // rid -> engine id
@@ -129,6 +157,14 @@ struct EngineServer::Impl {
       : backend(std::move(b)), options(std::move(o)) {}
 
   ModelLimits limits() const { return {backend->vocab_size(), backend->context_length()}; }
+  // With --paused-request-timeout: whether a request that arrived at `arrived` has waited
+  // longer than the bound while generation is paused (counted from the later of its arrival
+  // and the pause).
+  bool waited_paused_too_long(Clock::time_point arrived) const {
+    if (options.paused_request_timeout_s <= 0 || !paused) return false;
+    auto since = std::max(arrived, Clock::time_point(Clock::duration(paused_since.load())));
+    return Clock::now() - since > std::chrono::duration<double>(options.paused_request_timeout_s);
+  }
   std::string make_rid() { return "furlong-" + std::to_string(next_rid.fetch_add(1)); }
 
   // Runs one endpoint; every exception becomes a JSON error response.
@@ -193,6 +229,7 @@ void EngineServer::Impl::unregister_rids(const std::vector<GenerateItem>& items)
 // server stops (their outputs then come back with finish_reason abort).
 std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
                                                     std::vector<GenerateItem>& items) {
+  const auto arrived = Clock::now();
   register_rids(items);
   auto waiter = std::make_shared<Waiter>();
   waiter->outputs.resize(items.size());
@@ -224,14 +261,18 @@ std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
   }
   std::optional<ConnectionWatch> watch;
   bool aborted = false;
+  bool paused_too_long = false;
   std::unique_lock<std::mutex> lock(waiter->mutex);
   while (!waiter->done.wait_for(lock, std::chrono::milliseconds(100),
                                 [&] { return waiter->remaining == 0; })) {
     if (aborted) continue;
     if (!watch) watch.emplace(req.remote_addr, req.remote_port, req.local_port);
-    if (stopping || watch->peer_closed()) {
-      LOG_INFO("aborting ", ids.size(),
-               " request(s): ", stopping ? "the server is stopping" : "the client disconnected");
+    paused_too_long = waited_paused_too_long(arrived);
+    if (stopping || paused_too_long || watch->peer_closed()) {
+      LOG_INFO("aborting ", ids.size(), " request(s): ",
+               stopping          ? "the server is stopping"
+               : paused_too_long ? "generation has been paused longer than the bound"
+                                 : "the client disconnected");
       lock.unlock();
       abort_submitted();
       lock.lock();
@@ -240,6 +281,13 @@ std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
   }
   lock.unlock();
   unregister_rids(items);
+  if (paused_too_long) {
+    throw ApiError(503, "unavailable",
+                   "generation is paused (/pause_generation) and this request waited longer "
+                   "than --paused-request-timeout (" +
+                       std::to_string(options.paused_request_timeout_s) +
+                       " s) for /continue_generation; retry later");
+  }
   std::vector<GenerateOutput> outputs;
   for (auto& o : waiter->outputs) outputs.push_back(std::move(*o));
   return outputs;
@@ -303,7 +351,7 @@ bool EngineServer::Impl::stream_step(const std::shared_ptr<Stream>& st, const Ge
   st->changed.wait_for(lock, std::chrono::milliseconds(100), [&] {
     return st->final_output.has_value() || st->partial.output_ids.size() > st->sent_tokens;
   });
-  if (!st->final_output && (stopping || watch.peer_closed())) {
+  if (!st->final_output && (stopping || waited_paused_too_long(start) || watch.peer_closed())) {
     lock.unlock();
     backend->abort(st->id);
     return !watch.peer_closed();  // keep going to deliver the abort unless nobody listens
@@ -402,6 +450,7 @@ void EngineServer::Impl::install_control_routes() {
     // Running requests keep their KV cache either way; "abort" ends them first.
     if (mode == "abort") backend->abort_all();
     backend->pause_generation();
+    if (!paused) paused_since = Clock::now().time_since_epoch().count();
     paused = true;
     send_json(res, ok("generation paused (" + mode + ")"));
   });
@@ -429,9 +478,9 @@ void EngineServer::Impl::install_weight_routes() {
         where);
     WeightGroupSpec spec;
     spec.master_addr = json_get<std::string>(body, "master_address", where);
-    spec.master_port = static_cast<int>(json_get<int64_t>(body, "master_port", where));
-    spec.rank_offset = static_cast<int>(json_get<int64_t>(body, "rank_offset", where));
-    spec.world_size = static_cast<int>(json_get<int64_t>(body, "world_size", where));
+    spec.master_port = int_field(body, "master_port", 1, 65535, where);
+    spec.world_size = int_field(body, "world_size", 2, std::numeric_limits<int>::max(), where);
+    spec.rank_offset = int_field(body, "rank_offset", 1, spec.world_size - 1, where);
     spec.group_name = json_get_or<std::string>(body, "group_name", spec.group_name, where);
     spec.backend = json_get_or<std::string>(body, "backend", spec.backend, where);
     backend->init_weights_update_group(spec);
@@ -470,7 +519,7 @@ void EngineServer::Impl::install_weight_routes() {
     }
     int64_t version = -1;
     if (body.contains("weight_version") && !body["weight_version"].is_null())
-      version = parse_version(body["weight_version"], where);
+      version = parse_version(body["weight_version"], "weight_version", where);
     backend->update_weights_from_distributed(metas, version);
     Json reply = ok("updated " + std::to_string(metas.size()) + " tensors");
     reply["weight_version"] = backend->weight_version();
@@ -481,8 +530,9 @@ void EngineServer::Impl::install_weight_routes() {
     Json body = parse_body(req.body, where);
     check_known_fields(body, {"new_version", "abort_all_requests"}, where);
     FURLONG_CHECK(body.contains("new_version"), where, ": required field 'new_version' is missing");
+    int64_t version = parse_version(body["new_version"], "new_version", where);
     if (json_get_or<bool>(body, "abort_all_requests", false, where)) backend->abort_all();
-    backend->set_weight_version(parse_version(body["new_version"], where));
+    backend->set_weight_version(version);
     send_json(res, Json{{"success", true}, {"weight_version", backend->weight_version()}});
   });
   get("/get_weight_version", [this](const Request&, Response& res) {
@@ -607,12 +657,14 @@ void EngineServer::Impl::install_hooks() {
                "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
     return httplib::Server::HandlerResponse::Handled;
   });
-  http.set_error_handler([](const Request& req, Response& res) {
+  http.set_error_handler([this](const Request& req, Response& res) {
     if (!res.body.empty()) return;  // an endpoint's own error body
     if (res.status == 404) {
       send_error(res, 404, "not_found_error", "no endpoint " + req.method + " " + req.path);
     } else if (res.status == 413) {
-      send_error(res, 413, "invalid_request_error", "the request body is too large");
+      send_error(res, 413, "invalid_request_error",
+                 "the request body is larger than --max-request-bytes (" +
+                     std::to_string(options.max_request_bytes) + " bytes)");
     } else {
       send_error(res, res.status, "invalid_request_error",
                  "HTTP error " + std::to_string(res.status));
@@ -633,6 +685,12 @@ EngineServer::EngineServer(std::shared_ptr<EngineBackend> backend, ServerOptions
   FURLONG_CHECK(impl_->options.max_concurrent_requests >= 1,
                 "--max-concurrent-requests must be >= 1, got ",
                 impl_->options.max_concurrent_requests);
+  FURLONG_CHECK(impl_->options.max_request_bytes >= 1024,
+                "--max-request-bytes must be >= 1024, got ", impl_->options.max_request_bytes);
+  FURLONG_CHECK(impl_->options.paused_request_timeout_s >= 0 &&
+                    std::isfinite(impl_->options.paused_request_timeout_s),
+                "--paused-request-timeout must be a finite number of seconds >= 0 (0 = wait), got ",
+                impl_->options.paused_request_timeout_s);
   if (impl_->options.served_model_name.empty()) {
     impl_->options.served_model_name =
         impl_->backend->model_info().value("model_path", std::string("furlong"));

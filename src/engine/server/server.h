@@ -16,14 +16,23 @@
 
 namespace furlong::engine::server {
 
+// 64 MiB: a batch of 256 prompts of 32k token ids as JSON text fits; a body is held in memory
+// once per connection being served.
+inline constexpr int64_t kDefaultMaxRequestBytes = int64_t{64} << 20;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless asked otherwise
   int port = 30000;                // 0 = any free port
   std::string api_key;             // non-empty: every endpoint but /health* needs Bearer <key>
   int64_t max_concurrent_requests = 256;  // handler threads (connections served at once)
-  int64_t max_request_bytes = int64_t{64} << 20;
+  // Larger bodies are answered 413 before they are read into memory (or parsed, or tokenized).
+  int64_t max_request_bytes = kDefaultMaxRequestBytes;
   std::string served_model_name;          // the "model" of OpenAI responses
   double health_generate_timeout_s = 60;  // /health_generate's one-token generation
+  // While generation is paused, requests queue (SGLang's behaviour, what miles expects) until
+  // /continue_generation; abort and client disconnects still end them. A positive bound answers
+  // a request 503 once it has waited that many seconds in a paused server (0 = wait).
+  double paused_request_timeout_s = 0;
 };
 
 class EngineServer {
