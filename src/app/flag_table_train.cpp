@@ -12,7 +12,8 @@ void add_model_flags(config::FlagSet& f, train::ModelOptions& m, train::Parallel
   f.add("hf-checkpoint", &m.hf_checkpoint,
         "HF model directory to train (config.json, safetensors, tokenizer)")
       .required = true;
-  f.add("train-backend", &p.train_backend, "training backend").choices = {"fsdp"};
+  f.add_enum<train::TrainBackendKind>("train-backend", &p.train_backend, {"fsdp"},
+                                      train::parse_train_backend, "training backend");
   f.add("attn-implementation", &m.attn_implementation,
         "attention path: sdpa (fused kernel) or eager (plain math reference)")
       .choices = {"sdpa", "eager"};

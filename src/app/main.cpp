@@ -24,53 +24,34 @@ void print_usage() {
   for (const auto& c : commands()) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
 }
 
+// A command's flags, described on a static options value (only --help and the CLI reference
+// read them; each command's run function parses into its own options).
+template <typename Options>
+void flags_of(config::FlagSet& flags) {
+  static Options options;
+  register_flags(flags, options);
+}
+
 }  // namespace
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"score", "per-token log-probs and entropies of JSONL rows under a HF model", run_score,
-       [](config::FlagSet& f) {
-         static ScoreOptions o;
-         register_flags(f, o);
-       }},
+       flags_of<ScoreOptions>},
       {"tokenize", "text <-> token ids; chat messages through the chat template", run_tokenize,
-       [](config::FlagSet& f) {
-         static TokenizeOptions o;
-         register_flags(f, o);
-       }},
+       flags_of<TokenizeOptions>},
       {"init-model", "write a randomly initialized HF model directory from a config",
-       run_init_model,
-       [](config::FlagSet& f) {
-         static InitModelOptions o;
-         register_flags(f, o);
-       }},
+       run_init_model, flags_of<InitModelOptions>},
       {"train", "RL (GRPO and relatives) or SFT of a HF model with the FSDP backend, on every rank",
-       run_train,
-       [](config::FlagSet& f) {
-         static train::TrainOptions o;
-         register_flags(f, o);
-       }},
+       run_train, flags_of<train::TrainOptions>},
       {"launch", "start N local ranks of a command (torchrun's environment)", run_launch,
-       [](config::FlagSet& f) {
-         static LaunchFlags o;
-         register_flags(f, o);
-       }},
+       flags_of<LaunchFlags>},
       {"export-hf", "write a HF model directory from a training checkpoint", run_export_hf,
-       [](config::FlagSet& f) {
-         static ExportHfOptions o;
-         register_flags(f, o);
-       }},
+       flags_of<ExportHfOptions>},
       {"serve", "serve a HF model over HTTP (SGLang's endpoints, OpenAI completions)", run_serve,
-       [](config::FlagSet& f) {
-         static ServeOptions o;
-         register_flags(f, o);
-       }},
+       flags_of<ServeOptions>},
       {"generate", "batched generation of JSONL prompts with the rollout engine (+ log-probs)",
-       run_generate,
-       [](config::FlagSet& f) {
-         static GenerateOptions o;
-         register_flags(f, o);
-       }},
+       run_generate, flags_of<GenerateOptions>},
       {"cli-reference", "print the markdown CLI reference (docs/cli.md)",
        [](const std::vector<std::string>&) {
          std::fputs(cli_reference_markdown().c_str(), stdout);

@@ -326,9 +326,12 @@ void FsdpBackend::wake_up() {
 
 std::unique_ptr<TrainBackend> make_backend(const TrainOptions& options,
                                            dist::ProcessGroups& groups) {
-  FURLONG_CHECK(options.parallel.train_backend == "fsdp", "unsupported --train-backend '",
-                options.parallel.train_backend, "'; furlong implements 'fsdp'");
-  return std::make_unique<FsdpBackend>(options, groups);
+  switch (options.parallel.train_backend) {
+    case TrainBackendKind::kFsdp:
+      return std::make_unique<FsdpBackend>(options, groups);
+  }
+  FURLONG_ASSERT(false, "make_backend: unknown backend kind");
+  return nullptr;
 }
 
 }  // namespace furlong::train

@@ -4,6 +4,11 @@
 
 namespace furlong::train {
 
+TrainBackendKind parse_train_backend(const std::string& name) {
+  if (name == "fsdp") return TrainBackendKind::kFsdp;
+  FURLONG_FAIL("--train-backend ", name, " is not available: furlong implements the fsdp backend");
+}
+
 LossType parse_loss_type(const std::string& name) {
   if (name == "policy_loss") return LossType::kPolicyLoss;
   if (name == "sft_loss" || name == "sft") return LossType::kSftLoss;

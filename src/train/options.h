@@ -16,6 +16,10 @@
 
 namespace furlong::train {
 
+// --train-backend: the implementation of the backend contract (train/backend.h).
+enum class TrainBackendKind { kFsdp };
+TrainBackendKind parse_train_backend(const std::string& name);
+
 // --loss-type: the RL objective (policy_loss) or supervised fine-tuning (sft_loss, alias sft).
 enum class LossType { kPolicyLoss, kSftLoss };
 LossType parse_loss_type(const std::string& name);
@@ -29,7 +33,7 @@ struct ModelOptions {
 };
 
 struct ParallelOptions {
-  std::string train_backend = "fsdp";
+  TrainBackendKind train_backend = TrainBackendKind::kFsdp;
   int64_t dp_replicate_size = 1;
   int64_t context_parallel_size = 1;  // must stay 1 with the FSDP backend
   std::string distributed_backend = "auto";

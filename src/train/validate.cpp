@@ -6,8 +6,6 @@
 namespace furlong::train {
 
 void validate_options(const TrainOptions& o, int world_size) {
-  FURLONG_CHECK(o.parallel.train_backend == "fsdp", "--train-backend ", o.parallel.train_backend,
-                " is not available: furlong implements the fsdp backend");
   FURLONG_CHECK(o.parallel.context_parallel_size == 1,
                 "Context parallelism is not supported for the FSDP backend "
                 "(--context-parallel-size ",
