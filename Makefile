@@ -5,7 +5,8 @@
 #   make test    build, then run the whole suite with CTest
 #   make bench   build, then run the side-by-side benchmarks (writes bench/results/*.json)
 #   make demo    build, then run furlong's main job end to end on a small model
-#   make lint    clang-format check and the layering check
+#   make lint    clang-format check, file sizes, flags named in comments
+#   make tidy    clang-tidy (bugprone, performance) on the files changed since origin/main
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -13,7 +14,7 @@ CTEST_ARGS ?=
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: setup configure build test bench demo lint format clean
+.PHONY: setup configure build test bench demo lint tidy format clean
 
 setup:
 	@bash scripts/setup.sh
@@ -38,6 +39,9 @@ demo: build
 
 lint: setup
 	bash scripts/lint.sh
+
+tidy: setup
+	bash scripts/tidy.sh
 
 format:
 	clang-format -i $$(git ls-files 'src/*.h' 'src/*.cpp' 'tests/*.h' 'tests/*.cpp' 'bench/*.cpp')
