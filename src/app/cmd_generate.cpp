@@ -6,6 +6,7 @@
 // "logprobs" (log softmax(logits / T) of each output id, T = 1 when greedy), "finish_reason"
 // ("stop" | "length" | "abort"), "prompt_tokens"}.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "app/common.h"
@@ -83,7 +84,8 @@ std::string output_text(const engine::Engine& eng, const engine::GenerateOutput&
 }
 
 void validate(const GenerateOptions& o) {
-  FURLONG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+  FURLONG_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
+                "--temperature must be a finite number >= 0, got ", o.temperature);
   FURLONG_CHECK(o.top_p > 0 && o.top_p <= 1, "--top-p must be in (0, 1], got ", o.top_p);
   FURLONG_CHECK(o.min_p >= 0 && o.min_p < 1, "--min-p must be in [0, 1), got ", o.min_p);
   FURLONG_CHECK(o.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", o.max_new_tokens);
@@ -121,7 +123,10 @@ int run_generate(const std::vector<std::string>& args) {
   std::vector<engine::GenerateRequest> requests;
   for (size_t i = 0; i < rows.size(); ++i) {
     auto ids = prompt_ids(rows[i], *eng, chat.get(), o.add_special_tokens);
-    FURLONG_CHECK(static_cast<int64_t>(ids.size()) + o.max_new_tokens <= eng->context_length(),
+    // Compared without the sum, which overflows for --max-new-tokens near 2^63.
+    const auto prompt_tokens = static_cast<int64_t>(ids.size());
+    FURLONG_CHECK(prompt_tokens <= eng->context_length() &&
+                      o.max_new_tokens <= eng->context_length() - prompt_tokens,
                   rows[i].where, ": prompt (", ids.size(), " tokens) + --max-new-tokens ",
                   o.max_new_tokens, " exceeds the context length ", eng->context_length());
     for (int64_t j = 0; j < o.n_samples; ++j) {

@@ -6,6 +6,8 @@ namespace furlong::app {
 
 void apply_runtime_options(const RuntimeOptions& options) {
   FURLONG_CHECK(options.num_threads >= 0, "--num-threads must be >= 0, got ", options.num_threads);
+  FURLONG_CHECK(options.num_threads >= 0 && options.num_threads <= (1 << 16),
+                "--num-threads must be in [0, 65536], got ", options.num_threads);
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
 }
 

@@ -1,10 +1,13 @@
 // `furlong generate` end to end on a tiny model (created by `furlong init-model` with the real
 // Qwen3 tokenizer, so text and chat rows work): rows in input order with n-samples rows per
 // prompt, every field present and consistent, reproducible for a seed, and bad input rows
-// rejected with an error naming the file and line.
+// rejected with an error naming the file and line; non-finite log-probs written as null (valid
+// JSON); a directory given as --input (generate and score) rejected naming the path.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "common/test_util.h"
 #include "core/files.h"
@@ -117,6 +120,61 @@ TEST_F(GenerateCommand, BadRowsNameTheLine) {
   auto r = generate(dir / "in.jsonl", dir / "out.jsonl", "--top-p 1.5");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--top-p"), std::string::npos) << r.output;
+}
+
+// Overwrites every float32 value of tensor `name` in the safetensors files of `dir` with NaN.
+void poison_tensor(const fs::path& dir, const std::string& name) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    std::string bytes = read_file(entry.path());
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes.data(), 8);
+    Json header = parse_json(std::string_view(bytes).substr(8, header_len), "header");
+    if (!header.contains(name)) continue;
+    ASSERT_EQ(header[name]["dtype"], "F32");
+    auto begin = header[name]["data_offsets"][0].get<size_t>();
+    auto end = header[name]["data_offsets"][1].get<size_t>();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t at = 8 + header_len + begin; at < 8 + header_len + end; at += 4)
+      std::memcpy(bytes.data() + at, &nan, 4);
+    write_file_atomic(entry.path(), bytes);
+    return;
+  }
+  FAIL() << "no tensor " << name << " in " << dir;
+}
+
+TEST_F(GenerateCommand, NonFiniteLogprobsAreWrittenAsNullSoTheOutputIsValidJson) {
+  auto dir = testing::scratch_dir();
+  fs::copy(*model_, dir / "nan_model", fs::copy_options::recursive);
+  poison_tensor(dir / "nan_model", "model.norm.weight");
+  write_file_atomic(dir / "in.jsonl", "{\"input_ids\": [1, 2, 3]}\n");
+  auto r = run_command(shell_quote(furlong_binary().string()) + " generate --hf-checkpoint " +
+                       shell_quote((dir / "nan_model").string()) + " --input " +
+                       shell_quote((dir / "in.jsonl").string()) + " --output " +
+                       shell_quote((dir / "out.jsonl").string()) +
+                       " --temperature 0 --max-new-tokens 3 --ignore-eos 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rows = read_jsonl(dir / "out.jsonl");  // strict JSON: NaN would not parse
+  ASSERT_EQ(rows.size(), 1u);
+  const auto& logprobs = rows[0].value["logprobs"];
+  ASSERT_EQ(logprobs.size(), 3u) << logprobs.dump();
+  for (const auto& lp : logprobs) EXPECT_TRUE(lp.is_null()) << logprobs.dump();
+}
+
+TEST_F(GenerateCommand, DirectoryInputIsAnErrorNamingThePath) {
+  auto dir = testing::scratch_dir();
+  fs::create_directories(dir / "prompts");
+  for (const std::string command : {"generate", "score"}) {
+    auto r = run_command(shell_quote(furlong_binary().string()) + " " + command +
+                         " --hf-checkpoint " + shell_quote(model_->string()) + " --input " +
+                         shell_quote((dir / "prompts").string()) + " --output " +
+                         shell_quote((dir / "out.jsonl").string()) + " 2>&1");
+    EXPECT_NE(r.exit_code, 0) << command << ": " << r.output;
+    EXPECT_NE(r.output.find((dir / "prompts").string() + ": is a directory; expected a JSONL file"),
+              std::string::npos)
+        << command << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out.jsonl"));
+  }
 }
 
 }  // namespace
