@@ -51,6 +51,9 @@ struct InitOptions {
   // How long ranks wait for each other to start (slow node start-up can need more than a
   // collective). Defaults to `timeout`.
   std::optional<std::chrono::milliseconds> rendezvous_timeout;
+  // > 0: a rank whose heartbeat has been silent this long (stopped, hung) ends the job, naming
+  // it, without waiting for the collective timeout (dist/heartbeat.h). 0: no heartbeat.
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 // An outstanding asynchronous collective.

@@ -3,6 +3,7 @@
 // Store layout (keys of the base store):
 //   furlong/rendezvous/{joined,done}   the join counter every rank increments at start-up
 //   furlong/exit/{arrived,done}        the shutdown handshake (the store host leaves last)
+//   furlong/heartbeat/<rank>           each rank's beat counter (dist/heartbeat.h)
 //   pg/<group name>/...                one c10d backend per group (gloo connects through it)
 // Under torchrun the base store is the agent's store prefixed "/worker/attempt_<restart>", as
 // torch.distributed does, so a restarted attempt never sees the previous attempt's keys.
@@ -20,6 +21,7 @@
 #include "core/strings.h"
 #include "dist/backends.h"
 #include "dist/group_impl.h"
+#include "dist/heartbeat.h"
 
 namespace furlong::dist {
 
@@ -36,6 +38,7 @@ struct ProcessGroups::Impl {
   std::set<std::string> names;  // group names used so far
   int meshes_built = 0;         // numbers Mesh group names (see mesh.cpp)
   std::unique_ptr<Group> world;
+  std::unique_ptr<Heartbeat> heartbeat;  // with options.heartbeat_timeout > 0 and ranks > 1
 
   std::unique_ptr<Group> make_group(const std::vector<int>& ranks, const std::string& name);
 };
@@ -196,7 +199,9 @@ std::unique_ptr<Group> ProcessGroups::Impl::make_group(const std::vector<int>& r
 ProcessGroups::ProcessGroups(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ProcessGroups::~ProcessGroups() {
-  if (impl_) exit_handshake(*impl_);
+  if (!impl_) return;
+  impl_->heartbeat.reset();  // marks this rank as left while the store is still there
+  exit_handshake(*impl_);
 }
 
 std::unique_ptr<ProcessGroups> ProcessGroups::init(const RendezvousInfo& info,
@@ -215,6 +220,11 @@ std::unique_ptr<ProcessGroups> ProcessGroups::init(const RendezvousInfo& info,
     set_log_rank(info.rank);
     connect_store(*pg);
     rendezvous(*pg);
+    if (options.heartbeat_timeout.count() > 0) {
+      pg->heartbeat = std::make_unique<Heartbeat>(
+          pg->store, info.rank, info.world_size, options.heartbeat_timeout,
+          info.master_addr + ":" + std::to_string(info.master_port));
+    }
   }
   std::vector<int> all(info.world_size);
   for (int r = 0; r < info.world_size; ++r) all[r] = r;

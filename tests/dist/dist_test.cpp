@@ -221,6 +221,37 @@ TEST(DistFailure, AStalledRankTimesOutInsteadOfHanging) {
       << r.text();
 }
 
+// A stopped rank (SIGSTOP) does not end its collectives; the heartbeat finds it long before the
+// 120 s collective timeout, rank 0 names it, and the launcher stops the job (SIGKILL reaches the
+// stopped rank after the grace).
+TEST(DistHeartbeat, AStoppedRankIsFoundWithinTheHeartbeatTimeoutAndNamed) {
+  auto r = run_worker(3, {"heartbeat", "2000"}, milliseconds(1000));
+  EXPECT_NE(r.status, 0) << r.text();
+  EXPECT_LT(r.seconds, 30.0) << r.text();
+  EXPECT_TRUE(
+      r.find(rank_prefix(0), {"dist: rank 2 sent no heartbeat for", "stopped, hung or gone"}))
+      << r.text();
+  EXPECT_TRUE(r.find("[launch] rank 0 exited with status 75")) << r.text();
+}
+
+// A stopped rank 0 stops the store it hosts: every other rank's beats stop reaching it, and each
+// ends naming the store's host.
+TEST(DistHeartbeat, AStoppedStoreHostIsFoundByTheOtherRanks) {
+  auto r = run_worker(3, {"heartbeat", "2000", "0"}, milliseconds(1000));
+  EXPECT_EQ(r.status, 75) << r.text();
+  EXPECT_LT(r.seconds, 30.0) << r.text();
+  EXPECT_TRUE(r.find(rank_prefix(1), {"no heartbeat reached the rendezvous store", "rank 0"}))
+      << r.text();
+}
+
+// Ranks that leave cleanly, one after another, are not taken for silent ones.
+TEST(DistHeartbeat, RanksThatLeaveCleanlyAreNotReported) {
+  auto r = run_worker(3, {"heartbeat_clean", "1500"});
+  EXPECT_EQ(r.status, 0) << r.text();
+  EXPECT_FALSE(r.find("", {"heartbeat for"})) << r.text();
+  for (int rank = 0; rank < 3; ++rank) EXPECT_TRUE(r.has(rank_prefix(rank) + "DONE")) << r.text();
+}
+
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in sa{};

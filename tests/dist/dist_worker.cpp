@@ -14,6 +14,10 @@
 //                              with a clear error (they ignore SIGTERM, so they exit on their own)
 //   stall <timeout_ms>         rank 1 stays alive but never joins the all-reduce; rank 0 must time
 //                              out
+//   heartbeat <timeout_ms> [r] heartbeat on (that timeout, collectives 120 s); rank r (default:
+//                              the last) stops itself (SIGSTOP) before an all-reduce, the others
+//                              must end within the heartbeat timeout naming it
+//   heartbeat_clean <ms>       heartbeat on; ranks finish at different times: nobody is reported
 #include <ATen/ATen.h>
 
 #include <signal.h>
@@ -21,6 +25,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -275,6 +280,39 @@ int stall_mode(milliseconds timeout) {
   return 1;
 }
 
+std::unique_ptr<ProcessGroups> init_with_heartbeat(milliseconds heartbeat_timeout) {
+  InitOptions options;
+  options.backend = Backend::kGloo;
+  options.timeout = std::chrono::seconds(120);
+  options.rendezvous_timeout = std::chrono::seconds(60);
+  options.heartbeat_timeout = heartbeat_timeout;
+  return ProcessGroups::init(rendezvous_from_env(), options);
+}
+
+// The last rank stops itself; the others block in an all-reduce far shorter than its timeout
+// would end, so only the heartbeat can end them in time.
+int heartbeat_mode(milliseconds heartbeat_timeout, std::optional<int> stopped_rank) {
+  auto pg = init_with_heartbeat(heartbeat_timeout);
+  pg->world().barrier();
+  std::cout << "STARTED" << std::endl;
+  if (pg->world().rank() == stopped_rank.value_or(pg->world().size() - 1)) ::raise(SIGSTOP);
+  at::Tensor t = at::ones({16});
+  pg->world().all_reduce_sum(t);
+  check(false, "heartbeat.all_reduce", "completed although a rank was stopped");
+  return 1;
+}
+
+// Rank r sleeps r x the heartbeat timeout after the last collective before leaving: ranks that
+// left cleanly must not be taken for silent ones.
+int heartbeat_clean_mode(milliseconds heartbeat_timeout) {
+  auto pg = init_with_heartbeat(heartbeat_timeout);
+  pg->world().barrier();
+  std::this_thread::sleep_for(heartbeat_timeout * 2 *
+                              (pg->world().size() - 1 - pg->world().rank()));
+  check(true, "heartbeat_clean", "");
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
   FURLONG_CHECK(!args.empty(), "usage: dist_worker collectives|mesh|die <ms>|stall <ms>");
   const std::string& mode = args[0];
@@ -288,6 +326,11 @@ int run(const std::vector<std::string>& args) {
     rc = die_mode(ms_arg());
   } else if (mode == "stall") {
     rc = stall_mode(ms_arg());
+  } else if (mode == "heartbeat") {
+    rc = heartbeat_mode(ms_arg(),
+                        args.size() > 2 ? std::optional<int>(std::stoi(args[2])) : std::nullopt);
+  } else if (mode == "heartbeat_clean") {
+    rc = heartbeat_clean_mode(ms_arg());
   } else {
     FURLONG_FAIL("dist_worker: unknown mode '", mode, "'");
   }
