@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
-#include "models/checkpointing.h"
+#include "models/activation_checkpoint.h"
 
 namespace furlong::models {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/html_report.h"
 #include "core/log.h"
+#include "metrics/html_report.h"
 
 namespace furlong::train {
 
@@ -84,26 +84,28 @@ std::string metrics_path(const TrainOptions& o) {
   return "";
 }
 
-std::unique_ptr<MetricsLogger> make_metrics_logger(const TrainOptions& o, int64_t start_rollout,
-                                                   bool console_table) {
-  MetricsOptions mo;
+std::unique_ptr<metrics::MetricsLogger> make_metrics_logger(const TrainOptions& o,
+                                                            int64_t start_rollout,
+                                                            bool console_table) {
+  metrics::MetricsOptions mo;
   mo.jsonl_path = metrics_path(o);
   if (start_rollout == 0 && !mo.jsonl_path.empty()) std::filesystem::remove(mo.jsonl_path);
   mo.tensorboard_dir = o.logging.tensorboard_dir.value_or("");
   mo.console_table = console_table;
-  return std::make_unique<MetricsLogger>(mo);
+  return std::make_unique<metrics::MetricsLogger>(mo);
 }
 
-void finish_metrics(const TrainOptions& o, std::unique_ptr<MetricsLogger>& logger,
+void finish_metrics(const TrainOptions& o, std::unique_ptr<metrics::MetricsLogger>& logger,
                     const std::string& title) {
   logger.reset();  // flush and close the JSONL first
   if (!o.logging.report) return;
-  write_html_report(metrics_path(o), *o.logging.report, title);
+  metrics::write_html_report(metrics_path(o), *o.logging.report, title);
   LOG_INFO("report: ", *o.logging.report);
 }
 
-void log_metrics(MetricsLogger& logger, int64_t step, const std::map<std::string, double>& values) {
-  logger.log(step, MetricValues(values.begin(), values.end()));
+void log_metrics(metrics::MetricsLogger& logger, int64_t step,
+                 const std::map<std::string, double>& values) {
+  logger.log(step, metrics::MetricValues(values.begin(), values.end()));
 }
 
 }  // namespace furlong::train

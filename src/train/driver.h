@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "core/metrics.h"
 #include "dist/process_group.h"
+#include "metrics/metrics.h"
 #include "train/options.h"
 
 namespace furlong::train {
@@ -33,13 +33,15 @@ void remove_save_sentinel(const TrainOptions& options);
 std::string metrics_path(const TrainOptions& options);
 // Rank 0's metrics sinks (JSONL, TensorBoard, and the console table when `console_table`).
 // A fresh run (start_rollout 0) starts a fresh JSONL; a resumed one appends to it.
-std::unique_ptr<MetricsLogger> make_metrics_logger(const TrainOptions& options,
-                                                   int64_t start_rollout, bool console_table);
+std::unique_ptr<metrics::MetricsLogger> make_metrics_logger(const TrainOptions& options,
+                                                            int64_t start_rollout,
+                                                            bool console_table);
 // After the run: closes `logger` and writes --report from the JSONL, if asked for.
-void finish_metrics(const TrainOptions& options, std::unique_ptr<MetricsLogger>& logger,
+void finish_metrics(const TrainOptions& options, std::unique_ptr<metrics::MetricsLogger>& logger,
                     const std::string& title);
 
 // Writes `values` as one row at `step` (values in name order).
-void log_metrics(MetricsLogger& logger, int64_t step, const std::map<std::string, double>& values);
+void log_metrics(metrics::MetricsLogger& logger, int64_t step,
+                 const std::map<std::string, double>& values);
 
 }  // namespace furlong::train

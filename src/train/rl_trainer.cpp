@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 #include "core/timer.h"
 #include "rollout/prompt_dataset.h"
 #include "rollout/rewards.h"
@@ -117,7 +117,7 @@ struct Driver {
   std::unique_ptr<rollout::RolloutDataSource> source;
   std::unique_ptr<RolloutCollector> collector;
   std::vector<RolloutCollector::EvalSet> evals;
-  std::unique_ptr<MetricsLogger> logger;
+  std::unique_ptr<metrics::MetricsLogger> logger;
 };
 
 // One RL job on this rank, built in place by start_rl_run (its parts keep references to

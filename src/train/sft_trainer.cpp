@@ -73,7 +73,7 @@ int run_sft(TrainOptions o) {
   auto backend = make_backend(o, *groups);
   const int64_t start = backend->init();
   // The one-line step log below is SFT's console output; the logger feeds JSONL/TensorBoard.
-  std::unique_ptr<MetricsLogger> logger;
+  std::unique_ptr<metrics::MetricsLogger> logger;
   if (root) logger = make_metrics_logger(o, start, /*console_table=*/false);
   for (int64_t rollout = start; rollout < o.derived.num_rollout; ++rollout) {
     for (const auto& m : backend->train(rollout, rollout_samples(data, rollout, o))) {

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace furlong {
+namespace furlong::metrics {
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF).
 // `crc` is a previous result to extend (0 to start).
@@ -56,4 +56,4 @@ class TensorBoardWriter {
   std::FILE* file_ = nullptr;
 };
 
-}  // namespace furlong
+}  // namespace furlong::metrics

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace furlong {
+namespace furlong::metrics {
 
 class TensorBoardWriter;
 
@@ -50,4 +50,4 @@ class MetricsLogger {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
-}  // namespace furlong
+}  // namespace furlong::metrics

@@ -14,7 +14,7 @@
 
 #include "core/jsonl.h"
 
-namespace furlong {
+namespace furlong::metrics {
 
 // The page for already-read rows (rows without any numeric value contribute nothing).
 std::string render_html_report(const std::vector<JsonlRow>& rows, const std::string& title);
@@ -26,4 +26,4 @@ void write_html_report(const std::filesystem::path& metrics_jsonl,
 // Escapes & < > " ' for text and attribute values.
 std::string html_escape(const std::string& text);
 
-}  // namespace furlong
+}  // namespace furlong::metrics

@@ -1,4 +1,4 @@
-#include "core/tensorboard.h"
+#include "metrics/tensorboard.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/files.h"
 
-namespace furlong {
+namespace furlong::metrics {
 
 namespace {
 
@@ -178,4 +178,4 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   add_scalars(step, {{tag, value}});
 }
 
-}  // namespace furlong
+}  // namespace furlong::metrics

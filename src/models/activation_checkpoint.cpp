@@ -1,4 +1,4 @@
-#include "models/checkpointing.h"
+#include "models/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

@@ -1,4 +1,4 @@
-#include "core/html_report.h"
+#include "metrics/html_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "core/files.h"
 
-namespace furlong {
+namespace furlong::metrics {
 
 std::string html_escape(const std::string& text) {
   std::string out;
@@ -275,4 +275,4 @@ void write_html_report(const std::filesystem::path& metrics_jsonl,
   write_file_atomic(out_html, render_html_report(read_jsonl(metrics_jsonl), title));
 }
 
-}  // namespace furlong
+}  // namespace furlong::metrics

@@ -11,13 +11,13 @@
 
 #include "common/test_util.h"
 #include "core/files.h"
-#include "core/html_report.h"
+#include "metrics/html_report.h"
 #include "core/json_util.h"
 #include "core/jsonl.h"
-#include "core/metrics.h"
-#include "core/tensorboard.h"
+#include "metrics/metrics.h"
+#include "metrics/tensorboard.h"
 
-namespace furlong {
+namespace furlong::metrics {
 namespace {
 
 using testing::error_of;
@@ -236,4 +236,4 @@ TEST(HtmlReport, EmptyAndConstantSeries) {
 }
 
 }  // namespace
-}  // namespace furlong
+}  // namespace furlong::metrics

@@ -1,4 +1,4 @@
-#include "core/metrics.h"
+#include "metrics/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/json_util.h"
-#include "core/tensorboard.h"
+#include "metrics/tensorboard.h"
 
-namespace furlong {
+namespace furlong::metrics {
 
 namespace {
 
@@ -129,4 +129,4 @@ void MetricsLogger::log(int64_t step, const MetricValues& values) {
   if (tensorboard_) tensorboard_->add_scalars(step, values);
 }
 
-}  // namespace furlong
+}  // namespace furlong::metrics
