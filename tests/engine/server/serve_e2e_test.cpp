@@ -281,6 +281,47 @@ TEST_F(Serve, BadRequestsGetClearFourHundreds) {
   EXPECT_TRUE(c.health());
 }
 
+// The probes that used to crash the server (a body nested 60,000 deep), abort everyone's
+// generation (max_new_tokens near 2^63 overflowed the context check) or answer 500 (1e400),
+// sent while another request generates: each gets a 400, and the other request runs to its
+// full length.
+TEST_F(Serve, HostileRequestsGet400sAndDoNotEndOtherRequests) {
+  auto c = client();
+  const int64_t version_before = c.get_weight_version();
+  const int64_t max_new = 3000;
+  auto bystander = std::async(std::launch::async, [&] {
+    return client().generate({5, 6, 7}, greedy(max_new), true, "bystander");
+  });
+  wait_until([&] { return c.get_server_info()["num_running"].get<int64_t>() == 1; }, 30s);
+  auto expect_400 = [&](const std::string& path, const std::string& body,
+                        const std::string& needle) {
+    auto raw = c.request("POST", path, body);
+    EXPECT_EQ(raw.status, 400) << body.substr(0, 100);
+    EXPECT_NE(error_message(raw).find(needle), std::string::npos)
+        << body.substr(0, 100) << " -> " << error_message(raw).substr(0, 300);
+  };
+  std::string deep = std::string(60000, '[') + std::string(60000, ']');
+  expect_400("/generate", "{\"input_ids\": " + deep + "}", "nested deeper than 128");
+  expect_400("/v1/chat/completions", "{\"messages\": " + deep + "}", "nested deeper than 128");
+  expect_400("/generate",
+             R"({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 9223372036854775807}})",
+             "exceeds the context length 4096");
+  expect_400("/generate",
+             R"({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 9223372036854775806}})",
+             "exceeds the context length 4096");
+  for (const char* field : {"temperature", "top_p", "max_new_tokens"}) {
+    expect_400("/generate",
+               std::string(R"({"input_ids": [1], "sampling_params": {")") + field + R"(": 1e400}})",
+               field);
+  }
+  expect_400("/update_weight_version", R"({"new_version": -5})", "'new_version' must be >= 0");
+  auto r = bystander.get();
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(static_cast<int64_t>(r.output_ids.size()), max_new);
+  EXPECT_EQ(c.get_weight_version(), version_before);
+  EXPECT_TRUE(c.health());
+}
+
 TEST_F(Serve, AbortFromAnotherThreadReturnsPartialOutput) {
   auto c = client();
   const int64_t max_new = kContext - 8;
