@@ -132,12 +132,21 @@ TEST_F(Checkpoints, AKilledSaveLeavesThePreviousCheckpointLoadable) {
   EXPECT_EQ(latest_iteration(save), 3);
   EXPECT_TRUE(fs::exists(iteration_dir(save, 3) / "meta.json"));
   EXPECT_FALSE(fs::exists(iteration_dir(save, 6))) << "the partial save must not be published";
-  // Resuming picks iteration 3, ignores the partial directory, and completes the run.
+  // What a save killed while writing the tracker leaves (write_file_atomic's temporary).
+  const auto stale_tmp = save / "latest_checkpointed_iteration.txt.tmp.12345.678";
+  write_file_atomic(stale_tmp, "6\n");
+  // Resuming picks iteration 3, ignores the partial directory, and completes the run; the
+  // load from its own --save directory removes the leftovers of the killed save.
   auto resumed = train(4, 2, save.string(), (dir_ / "killed_resumed.jsonl").string(),
                        {"--load", save.string()});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(dir_ / "killed_resumed.jsonl").size(), 3u);
   EXPECT_EQ(latest_iteration(save), 6);
+  EXPECT_FALSE(fs::exists(stale_tmp)) << "a killed save's temporary was left behind";
+  EXPECT_FALSE(fs::exists(iteration_dir(save, 6).string() + ".partial"));
+  for (const auto& entry : fs::directory_iterator(save)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
 }
 
 TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
