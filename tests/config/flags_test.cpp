@@ -107,6 +107,26 @@ TEST(Flags, UnknownFlagsAndYamlKeysGetDidYouMean) {
   EXPECT_EQ(o2.lr, 1e-6) << "nothing is applied when the file has unknown keys";
 }
 
+TEST(Flags, OutOfRangeIntegersAndHugeNamesAreReportedAsGiven) {
+  Options o;
+  auto f = make_flags(o);
+  // 2^64 and 2^63: the message shows the digits the user typed, not a narrowed value.
+  for (const char* value :
+       {"18446744073709551616", "9223372036854775808", "-9223372036854775809"}) {
+    auto msg = error_of([&] { f.parse({"--global-batch-size", value}); });
+    EXPECT_NE(msg.find(std::string("--global-batch-size: ") + value +
+                       " is outside the 64-bit integer range"),
+              std::string::npos)
+        << msg;
+  }
+  ASSERT_TRUE(f.parse({"--global-batch-size", "1099511627776"}));
+  EXPECT_EQ(o.global_batch_size, int64_t{1} << 40);
+  // A 1 MB flag name: no did-you-mean search over it, and the message stays short.
+  auto msg = error_of([&] { f.parse({"--" + std::string(1 << 20, 'w')}); });
+  EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+  EXPECT_NE(msg.find("unknown flag --www"), std::string::npos) << msg.substr(0, 300);
+}
+
 TEST(Flags, TypeChoiceAndMissingValueErrorsNameTheFlag) {
   Options o;
   auto f = make_flags(o);
