@@ -163,8 +163,14 @@ void expect_on_policy_first_step(const std::vector<Json>& rows) {
     // One optimizer step per rollout: the old log-probs come from the same weights, packed the
     // same way, so the ratio is exactly 1.
     EXPECT_EQ(value(row, "train/ppo_kl"), 0.0) << "step " << row["step"];
-    // Engine vs trainer log-probs on the same tokens (fp32): the engine issue's bound.
-    EXPECT_LE(value(row, "train/train_rollout_logprob_abs_diff"), 1e-5) << "step " << row["step"];
+    // Engine vs trainer log-probs on the same tokens (fp32, a mean over tokens, so at most the
+    // per-token bound): the same code on the same weights, packed differently (GEMM blocking),
+    // each within the forward budget of the exact logits (tests/common/tolerances.h): 2 layers,
+    // 20 reductions of <= 128 terms, gamma_prob(2560) = 1.8e-5 of the logits' absolute scale
+    // max_j sum_k |h_k W_jk| (~0.8 at init: 64 dims, |h| ~ 0.8, |W| ~ 0.016; the bound allows
+    // it to grow to 1.4 during the run, an assumption: the test cannot see the weights); a
+    // log-prob moves by twice a logit's error, for two computations: 4 * 1.8e-5 * 1.4 = 1e-4.
+    EXPECT_LE(value(row, "train/train_rollout_logprob_abs_diff"), 1e-4) << "step " << row["step"];
   }
 }
 
