@@ -1,4 +1,4 @@
-"""Oracle for furlong's text rewards and prompt shuffling (tests/rollout).
+"""Oracle for furlong's text rewards and prompt shuffling (tests/reward, tests/data).
 
 Usage: reward_text_oracle.py <cases.json> <out.json>
 

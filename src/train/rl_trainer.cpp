@@ -6,10 +6,10 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "metrics/metrics.h"
 #include "core/timer.h"
-#include "rollout/prompt_dataset.h"
-#include "rollout/rewards.h"
+#include "data/prompt_dataset.h"
+#include "metrics/metrics.h"
+#include "reward/rewards.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/backend.h"
@@ -22,9 +22,9 @@ namespace {
 
 using Metrics = std::map<std::string, double>;
 
-rollout::PromptDataOptions prompt_options(const TrainOptions& o, const std::string& path,
-                                          bool shuffle) {
-  rollout::PromptDataOptions p;
+data::PromptDataOptions prompt_options(const TrainOptions& o, const std::string& path,
+                                       bool shuffle) {
+  data::PromptDataOptions p;
   p.path = path;
   p.input_key = o.data.input_key;
   p.label_key = o.data.label_key;
@@ -74,14 +74,14 @@ rl::Sample sample_from_json(const Json& j) {
 // --rm-type / --rm-url: grades samples in place (remote failures after retries are counted in
 // metadata["reward_error"] and score 0; the collector reports them).
 RewardFn make_reward_fn(const TrainOptions& o) {
-  rollout::RewardOptions ro;
+  reward::RewardOptions ro;
   ro.rm_type = o.rollout.rm_type.empty() && o.rollout.rm_url ? "remote_rm" : o.rollout.rm_type;
   ro.reward_key = o.rollout.reward_key.value_or("");
   ro.remote.url = o.rollout.rm_url.value_or("");
   ro.remote.timeout_s = o.rollout.rm_timeout_seconds;
   ro.remote.max_retries = static_cast<int>(o.rollout.rm_max_retries);
   ro.fail_on_remote_error = false;
-  auto model = std::make_shared<rollout::RewardGrader>(ro);
+  auto model = std::make_shared<reward::RewardGrader>(ro);
   return [model](std::vector<rl::Sample*>& samples) { model->compute_rewards(samples); };
 }
 
@@ -113,8 +113,8 @@ namespace {
 struct Driver {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatFormatter> chat;
-  std::unique_ptr<rollout::PromptDataset> dataset;
-  std::unique_ptr<rollout::RolloutDataSource> source;
+  std::unique_ptr<data::PromptDataset> dataset;
+  std::unique_ptr<data::RolloutDataSource> source;
   std::unique_ptr<RolloutCollector> collector;
   std::vector<RolloutCollector::EvalSet> evals;
   std::unique_ptr<metrics::MetricsLogger> logger;
@@ -153,7 +153,7 @@ void load_prompts(RlRun& run) {
   } catch (const Error&) {
     d.chat = nullptr;  // no template: prompts that need one fail with the dataset's message
   }
-  d.dataset = std::make_unique<rollout::PromptDataset>(
+  d.dataset = std::make_unique<data::PromptDataset>(
       prompt_options(o, o.data.prompt_data, o.data.rollout_shuffle), *d.tokenizer, d.chat.get());
 }
 
@@ -161,14 +161,14 @@ void load_prompts(RlRun& run) {
 void start_driver(RlRun& run) {
   const auto& o = run.options;
   auto& d = run.driver;
-  d.source = std::make_unique<rollout::RolloutDataSource>(*d.dataset, o.data.n_samples_per_prompt);
+  d.source = std::make_unique<data::RolloutDataSource>(*d.dataset, o.data.n_samples_per_prompt);
   auto state = run.backend->loaded_driver_state();
   if (state.contains("data_source")) d.source->load_state(state["data_source"]);
   d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
                                                    make_reward_fn(o));
   for (const auto& [name, path] : eval_sets(o.eval.eval_prompt_data)) {
-    d.evals.push_back({name, std::make_unique<rollout::PromptDataset>(
-                                 prompt_options(o, path, false), *d.tokenizer, d.chat.get())});
+    d.evals.push_back({name, std::make_unique<data::PromptDataset>(prompt_options(o, path, false),
+                                                                   *d.tokenizer, d.chat.get())});
   }
   d.logger = make_metrics_logger(o, run.start, /*console_table=*/true);
   LOG_INFO("rollout engines: ", run.engines->describe());

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
-#include "rollout/dynamic_filter.h"
+#include "data/dynamic_filter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::train {
@@ -77,7 +77,7 @@ std::map<int64_t, double> pass_at_k(const std::vector<std::vector<double>>& grou
 }
 
 RolloutCollector::RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
-                                   rollout::RolloutDataSource& source,
+                                   data::RolloutDataSource& source,
                                    const tokenizer::Tokenizer& tokenizer, RewardFn reward)
     : options_(options),
       engines_(engines),
@@ -117,11 +117,11 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     remaining[gi] = static_cast<int64_t>(groups[gi].size());
     for (auto& sample : groups[gi]) {
-      const int64_t budget = rollout::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()),
-                                                         0, params.max_new_tokens,
-                                                         options_.rollout.rollout_max_context_len);
+      const int64_t budget =
+          data::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()), 0,
+                                   params.max_new_tokens, options_.rollout.rollout_max_context_len);
       if (budget <= 0) {  // no token budget: truncated without a request (miles)
-        rollout::mark_no_budget(sample);
+        data::mark_no_budget(sample);
         std::lock_guard<std::mutex> lock(mu);
         if (--remaining[gi] == 0) finished.push_back(gi);
         continue;
@@ -143,12 +143,12 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
         // Runs on an engine thread: failures are recorded and raised on the driver thread.
         std::lock_guard<std::mutex> lock(mu);
         try {
-          rollout::GeneratedResponse response{
+          data::GeneratedResponse response{
               .token_ids = out.output_ids,
               .log_probs = out.output_logprobs,
               .finish_reason = engine::finish_reason_name(out.finish_reason),
               .text = decode_text(out.output_ids)};
-          rollout::append_response(*target, response, budget);
+          data::append_response(*target, response, budget);
           target->metadata["weight_version"] = out.weight_version;
         } catch (const std::exception& e) {
           if (callback_error.empty()) callback_error = e.what();
@@ -184,9 +184,9 @@ RolloutResult RolloutCollector::collect() {
   const int64_t target = *options_.data.rollout_batch_size;
   const int64_t per_refill =
       std::max(target, options_.rollout.over_sampling_batch_size.value_or(target));
-  rollout::GroupCollector collector(
+  data::GroupCollector collector(
       target, options_.data.n_samples_per_prompt,
-      rollout::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
+      data::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
   std::map<std::string, double> metrics;
   int64_t generated_groups = 0, zero_std_groups = 0;
   const auto params = sampling_params(/*eval=*/false);
@@ -196,10 +196,10 @@ RolloutResult RolloutCollector::collect() {
       std::vector<rl::Sample*> ptrs;
       for (auto& s : group) ptrs.push_back(&s);
       reward_(ptrs);
-      if (group.size() > 1 && !(rollout::group_reward_std(group) > 1e-8)) {
+      if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
         ++zero_std_groups;
-        metrics["rollout/zero_std/count_" +
-                rollout::rounded_reward_text(group.front().raw_reward)] += 1;
+        metrics["rollout/zero_std/count_" + data::rounded_reward_text(group.front().raw_reward)] +=
+            1;
       }
       collector.offer(std::move(group));
       return collector.done();
@@ -257,7 +257,7 @@ std::map<std::string, double> RolloutCollector::evaluate(const std::vector<EvalS
     std::vector<std::vector<rl::Sample>> groups;
     int64_t index = 0;
     for (int64_t row = 0; row < set.dataset->size(); ++row) {
-      groups.push_back(rollout::make_group(set.dataset->at(row), n, row, index));
+      groups.push_back(data::make_group(set.dataset->at(row), n, row, index));
       index += n;
     }
     std::vector<std::vector<rl::Sample>> done;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "data/prompt_dataset.h"
+#include "data/sample_builder.h"
 #include "rl/sample.h"
-#include "rollout/prompt_dataset.h"
-#include "rollout/sample_builder.h"
 #include "train/options.h"
 #include "train/rollout_engines.h"
 
@@ -37,13 +37,13 @@ struct RolloutResult {
 class RolloutCollector {
  public:
   RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
-                   rollout::RolloutDataSource& source, const tokenizer::Tokenizer& tokenizer,
+                   data::RolloutDataSource& source, const tokenizer::Tokenizer& tokenizer,
                    RewardFn reward);
   RolloutResult collect();
 
   struct EvalSet {
     std::string name;
-    std::unique_ptr<rollout::PromptDataset> dataset;
+    std::unique_ptr<data::PromptDataset> dataset;
   };
   // eval/<name> (mean raw reward), eval/<name>-pass@k, eval/<name>-truncated_ratio,
   // eval/<name>/response_len/mean.
@@ -61,7 +61,7 @@ class RolloutCollector {
 
   const TrainOptions& options_;
   RolloutEngines& engines_;
-  rollout::RolloutDataSource& source_;
+  data::RolloutDataSource& source_;
   const tokenizer::Tokenizer& tokenizer_;
   RewardFn reward_;
 };

@@ -4,7 +4,7 @@
 
 #include "core/jsonl.h"
 #include "core/log.h"
-#include "rollout/prompt_dataset.h"
+#include "data/prompt_dataset.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,7 +81,7 @@ std::vector<rl::Sample> load_sft_samples(const SftDataOptions& o,
   std::vector<rl::Sample> samples;
   int64_t dropped = 0;
   // "file@[a:b]" selects rows as --prompt-data does for RL (one parser for both).
-  const rollout::PathSlice slice = rollout::parse_path_slice(o.path);
+  const data::PathSlice slice = data::parse_path_slice(o.path);
   const std::vector<JsonlRow> rows = read_jsonl(slice.file);
   const auto [begin, end] = slice.range(static_cast<int64_t>(rows.size()));
   FURLONG_CHECK(begin < end, "--prompt-data '", o.path, "' selects no rows out of ", rows.size());

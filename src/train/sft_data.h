@@ -1,6 +1,6 @@
 // Supervised fine-tuning data: JSONL rows of prompt/response pairs turned into samples whose
 // loss mask covers the response. The path may select rows as RL's --prompt-data does,
-// "file.jsonl@[start:end]" (Python slice semantics; rollout::parse_path_slice).
+// "file.jsonl@[start:end]" (Python slice semantics; data::parse_path_slice).
 //   {"<input-key>": "prompt text" or [messages], "<response-key>": "response text"}
 //   {"prompt_ids": [...], "response_ids": [...]}            (already tokenized)
 // With --apply-chat-template the prompt (a string becomes one user message) is rendered with

@@ -1,6 +1,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
-#include "rollout/dynamic_filter.h"
+#include "data/dynamic_filter.h"
 #include "train/options.h"
 
 namespace furlong::train {
@@ -61,8 +61,7 @@ void validate_rl_options(const TrainOptions& o) {
   FURLONG_CHECK(r.rollout_temperature >= 0.0, "--rollout-temperature must be >= 0");
   FURLONG_CHECK(r.rollout_max_response_len >= 1, "--rollout-max-response-len must be >= 1");
   if (o.data.rollout_batch_size) {
-    rollout::resolve_over_sampling_batch_size(*o.data.rollout_batch_size,
-                                              r.over_sampling_batch_size);
+    data::resolve_over_sampling_batch_size(*o.data.rollout_batch_size, r.over_sampling_batch_size);
   }
 }
 

@@ -1,0 +1,86 @@
+// Rewards (miles' rm_hub): the built-in reward types behind --rm-type, the remote reward server,
+// --reward-key selection, and the batch entry point that scores a rollout's samples.
+//
+// Resolution per sample: metadata["rm_type"] (a string) overrides --rm-type. A "boxed_" prefix
+// first replaces the response with the content of its last \boxed{...} (empty if none) and then
+// applies the base type. A reward is a JSON number (or bool) or an object; --reward-key selects
+// the value of an object.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json_util.h"
+#include "reward/remote_reward.h"
+#include "rl/sample.h"
+
+namespace furlong::reward {
+
+// A local reward function: the raw reward (a number or an object) of a response.
+using RewardFunction =
+    std::function<Json(std::string_view response, std::string_view label, const Json& metadata)>;
+
+// The reward types --rm-type accepts (base names; each also works with the boxed_ prefix):
+// math, deepscaler, dapo, f1, exact_match, remote_rm, then any registered ones.
+std::vector<std::string> known_reward_types();
+// Adds a reward type (the C++ counterpart of miles' custom_rm_path). Names must be new, not
+// remote_rm and not start with boxed_. Thread-safe; `function` may be called concurrently.
+void register_reward_type(const std::string& name, RewardFunction function);
+
+// The raw reward of a local (non-remote) type, with an optional boxed_ prefix. Unknown (or
+// empty) types are a furlong::Error listing the known ones.
+Json builtin_reward(const std::string& rm_type, std::string_view response, std::string_view label,
+                    const Json& metadata);
+
+// The scalar of a raw reward: a number as is, a bool as 1/0, an object's value at `reward_key`
+// (which must be given and present). `where` names the sample in errors.
+double select_reward_value(const Json& reward, const std::string& reward_key,
+                           const std::string& where);
+
+struct RewardOptions {
+  std::string rm_type;         // --rm-type (may be empty if every sample sets metadata.rm_type)
+  std::string reward_key;      // --reward-key
+  RemoteRewardOptions remote;  // --rm-url and its timeout / retry policy
+  int max_concurrency = 32;    // samples scored at once (remote requests in flight)
+  // false: a remote request that fails after its retries is counted, the sample gets reward 0 and
+  // metadata["reward_error"]; true: it is a furlong::Error.
+  bool fail_on_remote_error = true;
+};
+
+struct RewardStats {
+  int64_t scored = 0;
+  int64_t skipped_aborted = 0;  // ABORTED samples get no reward
+  int64_t remote_failures = 0;  // counted failures (fail_on_remote_error = false)
+};
+
+// Grades a rollout's samples: dispatches each to its rule-based grader (--rm-type, or the
+// sample's metadata rm_type) or to the remote reward server (--rm-url). Not a learned model.
+class RewardGrader {
+ public:
+  explicit RewardGrader(RewardOptions options);
+  ~RewardGrader();
+
+  // The reward type of `sample` (metadata.rm_type over --rm-type).
+  std::string rm_type_for(const rl::Sample& sample) const;
+  // The raw reward of one sample (number or object).
+  Json score(const rl::Sample& sample) const;
+  // Scores every sample that is not ABORTED, up to max_concurrency at once, and sets raw_reward
+  // and reward to the selected value (reward is replaced later by group normalization). An
+  // object reward is also kept whole in metadata["reward"].
+  RewardStats compute_rewards(std::vector<rl::Sample>& samples) const;
+  RewardStats compute_rewards(const std::vector<rl::Sample*>& samples) const;
+
+  const RewardOptions& options() const { return options_; }
+  // The remote client (null unless remote_rm is in use).
+  const RemoteRewardClient* remote() const { return remote_.get(); }
+
+ private:
+  RewardOptions options_;
+  std::unique_ptr<RemoteRewardClient> remote_;
+};
+
+}  // namespace furlong::reward
