@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <list>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/digest.h"
@@ -142,12 +143,16 @@ class RemoteEngines : public RolloutEngines {
     for (auto& t : threads_) t.join();
     // Engines leave the weight group before its store (held by group_) goes away, and are
     // stopped before it too, so nobody talks to a closed store on the way out.
+    // An engine that already failed a request is not asked (a stalled one would hold the
+    // shutdown for another request bound).
     if (group_) {
-      for (auto& c : clients_) {
+      for (size_t i = 0; i < clients_.size(); ++i) {
+        if (failed_engines_.count(i)) continue;
         try {
-          c->destroy_weights_update_group(kGroupName);
+          clients_[i]->destroy_weights_update_group(kGroupName);
         } catch (const std::exception& e) {
-          LOG_WARN("engine ", c->base_url(), ": leaving the weight group failed: ", e.what());
+          LOG_WARN("engine ", clients_[i]->base_url(),
+                   ": leaving the weight group failed: ", e.what());
         }
       }
     }
@@ -178,6 +183,7 @@ class RemoteEngines : public RolloutEngines {
         // Raised later by rethrow_errors(), after any earlier (root-cause) failure.
         std::lock_guard<std::mutex> lock(mu_);
         if (error_.empty()) error_ = engine_failure(i, "an abort request", e);
+        failed_engines_.insert(i);
       }
     }
   }
@@ -273,7 +279,12 @@ class RemoteEngines : public RolloutEngines {
     spec.master_addr = "127.0.0.1";
     spec.master_port = dist::pick_free_port("127.0.0.1");
     spec.group_name = kGroupName;
-    spec.timeout_seconds = options_.rollout.engine_startup_timeout;
+    // The group's collectives (each weight broadcast) are bounded like requests, so that an
+    // engine stalled during a sync ends the run as soon as one stalled during generation.
+    const double request_bound = options_.rollout.rollout_engine_request_timeout;
+    spec.timeout_seconds = request_bound > 0
+                               ? std::min(options_.rollout.engine_startup_timeout, request_bound)
+                               : options_.rollout.engine_startup_timeout;
     group_ = engine::server::connect_remote_engines(engine_list(), spec);
     LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) on port ",
              spec.master_port);
@@ -285,6 +296,11 @@ class RemoteEngines : public RolloutEngines {
       engine::server::update_remote_weights(engine_list(), group_->world(), bucket, version,
                                             kGroupName);
     } catch (const std::exception& e) {
+      {
+        // The group is broken for all of them: none is asked to leave it on the way out.
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < clients_.size(); ++i) failed_engines_.insert(i);
+      }
       FURLONG_FAIL("weight sync (version ", version, ") to ", describe(),
                    " failed; an engine may have died: ", e.what());
     }
@@ -322,6 +338,7 @@ class RemoteEngines : public RolloutEngines {
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> lock(mu_);
           if (error_.empty()) error_ = e.what();
+          failed_engines_.insert(engine_index);
           aborting_ = true;  // the rest of this rollout is moot
         }
       }
@@ -425,7 +442,8 @@ class RemoteEngines : public RolloutEngines {
   int64_t in_flight_ = 0;
   bool stopping_ = false;
   bool aborting_ = false;
-  std::string error_;  // the first failure of a worker, raised on the driver thread
+  std::string error_;                // the first failure of a worker, raised on the driver thread
+  std::set<size_t> failed_engines_;  // engines that failed a request (not contacted on exit)
 };
 
 }  // namespace
