@@ -43,10 +43,13 @@ inline double gamma(double n, double u) {
   return n * u < 1 ? n * u / (1 - n * u) : HUGE_VAL;
 }
 
-// Probabilistic constant (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019, Thm 2.4 and 3.1;
-// the martingale form of Ipsen & Zhou 2020): if the rounding errors are mean-independent,
-// |fl(sum) - sum| <= gamma_prob(n) sum |x_i|, gamma_prob(n) = exp(lambda sqrt(n) u + n u^2 /
-// (1 - u)) - 1 ~ lambda sqrt(n) u, holds with probability >= 1 - 2 exp(-lambda^2 / 2) per sum.
+// Probabilistic constant (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019, Thm 2.4 and 3.1):
+// if the rounding errors are mean-independent, |fl(sum) - sum| <= gamma_prob(n) sum |x_i|,
+// gamma_prob(n) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1 ~ lambda sqrt(n) u. Their Thm 3.1
+// states it with a union bound over the n terms (probability >= 1 - 2 n exp(-lambda^2 / 2));
+// applying Azuma-Hoeffding to the error sum_k d_k s_k (d_k the k-th rounding, |s_k| <= sum |x_i|
+// the partial sum it rounds) gives the same bound with probability >= 1 - 2 exp(-lambda^2 / 2)
+// per sum (Higham & Mary 2020, Ipsen & Zhou 2020).
 // lambda = 6: 2 exp(-18) = 3e-8 per sum, so over the ~1e4 sums the whole suite bounds this way the
 // chance that any of them is outside its bound is < 1e-3, while the bound stays within a factor
 // ~6 / sqrt(3) ~ 3.5 of the typical error of a sum of same-sign terms (whose partial sums grow
