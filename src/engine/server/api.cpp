@@ -170,7 +170,7 @@ Json openai_sampling(const J& body, const std::string& where, int64_t default_ma
   Json sampling = Json::object();
   auto copy = [&](const char* from, const char* to) {
     auto it = body.find(from);
-    if (it != body.end() && !it->is_null()) sampling[to] = Json::parse(it->dump());
+    if (it != body.end() && !it->is_null()) sampling[to] = parse_json(it->dump(), where);
   };
   copy("temperature", "temperature");
   copy("top_p", "top_p");
@@ -185,7 +185,7 @@ Json openai_sampling(const J& body, const std::string& where, int64_t default_ma
   if (!sampling.contains("max_new_tokens")) sampling["max_new_tokens"] = default_max_tokens;
   auto stop = body.find("stop");
   if (stop != body.end() && !stop->is_null())
-    sampling["stop"] = openai_stop(Json::parse(stop->dump()), where);
+    sampling["stop"] = openai_stop(parse_json(stop->dump(), where), where);
   return sampling;
 }
 
