@@ -375,6 +375,26 @@ TEST_F(Serve, PauseAndContinue) {
   EXPECT_EQ(pending.get().output_ids, expected.output_ids);
 }
 
+// While paused, a queued request is still answered when aborted by rid (the engine's
+// scheduler takes aborts without stepping), and the pause holds for the others.
+TEST_F(Serve, AbortWhilePausedAnswersTheQueuedRequest) {
+  auto c = client();
+  c.pause_generation("in_place");
+  auto queued = std::async(std::launch::async, [&] {
+    return client().generate({7, 8, 9}, greedy(6), true, "queued-while-paused");
+  });
+  wait_until([&] { return c.get_server_info()["num_running"].get<int64_t>() == 1; }, 30s);
+  EXPECT_EQ(queued.wait_for(300ms), std::future_status::timeout);
+  c.abort_request("queued-while-paused");
+  ASSERT_EQ(queued.wait_for(10s), std::future_status::ready);
+  auto r = queued.get();
+  EXPECT_EQ(r.finish_reason, "abort");
+  EXPECT_TRUE(r.output_ids.empty());
+  EXPECT_EQ(c.get_server_info()["paused"], true);
+  c.continue_generation();
+  EXPECT_EQ(c.generate({7, 8, 9}, greedy(3)).finish_reason, "length");
+}
+
 TEST_F(Serve, ReleaseAndResumeMemory) {
   auto c = client();
   auto expected = c.generate({5, 6}, greedy(5));
