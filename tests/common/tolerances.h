@@ -107,7 +107,8 @@ struct SoftmaxRowBound {
 // Derivation (first order in u and delta; each term is named where it is added):
 //  (a) logits off by at most delta: dH/dz_j = p_j (E_p z - z_j), so |dH| <= delta / T *
 //      sum_j p_j |z_j - E_p z|; dlp/dz_j = [j = y] - p_j, so |dlp| <= 2 delta / T.
-//  (b) the sums s and t over V terms, all of one sign: relative error gamma_prob(V) each.
+//  (b) the sums s and t over V terms, all of one sign: relative error gamma_prob(V) each, plus
+//      the mass of the terms below u times the partial sum they are added to (lost outright).
 //  (c) per-term errors: exp (kExpRelErr) and the rounding of z_j - m (absolute u (m - z_j),
 //      relative u (m - z_j) after exp), weighted by p: u (m - E_p z) = u A for s; t's terms
 //      also round the product and carry z_j - m's rounding once more: 2 u + u E_p[(m - z)^2] / A.
@@ -138,9 +139,24 @@ inline SoftmaxRowBound fp32_softmax_row_bound(const at::Tensor& logits_V, int64_
   const double gap_y = gap[target].item<double>();
   const double lp = -gap_y - log_s;
 
-  const double eps_sum = gamma_prob(V, u);            // (b)
-  const double eps_s = eps_sum + kExpRelErr + u * A;  // (b) + (c)
-  const double eps_t = eps_sum + kExpRelErr + 2 * u + (A > 0 ? u * B / A : 0.0);
+  // (b) The mean-zero model behind gamma_prob fails for terms below the accumulator's
+  // spacing: fl(s + x) = s for x < ulp(s) / 2 <= u s, so such terms are lost with a one-sided
+  // error (measured: one lane over 151,936 terms loses ~2e-4 of s this way, above
+  // gamma_prob(V)). Every addition errs by at most min(x, u |s|), so the terms that can be lost
+  // (x_k < u S_{k-1}, S_{k-1} the partial sum before them in index order, one lane: W lanes hold
+  // partial sums W times smaller, so fewer terms at risk) are bounded by their whole mass and
+  // the rest by gamma_prob.
+  auto at_risk_mass = [&](const at::Tensor& x) {
+    const double total = x.sum().item<double>();
+    if (total <= 0) return 0.0;
+    auto before = at::cumsum(x, 0) - x;
+    return (x * (x < 1.01 * u * before)).sum().item<double>() / total;
+  };
+  const double small_s = at_risk_mass(e);
+  const double small_t = at_risk_mass(e * gap);
+  const double eps_sum = gamma_prob(V, u);
+  const double eps_s = eps_sum + small_s + kExpRelErr + u * A;  // (b) + (c)
+  const double eps_t = eps_sum + small_t + kExpRelErr + 2 * u + (A > 0 ? u * B / A : 0.0);
   double ent_round = eps_s + kLogRelErr * std::abs(log_s) + A * (eps_s + eps_t + u) + u * H;
   double lp_round = u * gap_y + eps_s + kLogRelErr * std::abs(log_s) + u * std::abs(lp);
   if (temperature != 1.0) {  // fl(logits / T): per-element absolute error u |z_j|, as in (a)
