@@ -36,7 +36,11 @@ int run_launch(const std::vector<std::string>& args) {
   FURLONG_CHECK(sep != args.end() && sep + 1 != args.end(),
                 "furlong launch: give the command after --, e.g. furlong launch "
                 "--nproc-per-node 2 -- train --hf-checkpoint DIR ...");
-  FURLONG_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1");
+  FURLONG_CHECK(o.nproc_per_node >= 1 && o.nproc_per_node <= 4096,
+                "--nproc-per-node must be between 1 and 4096, got ", o.nproc_per_node);
+  FURLONG_CHECK(o.master_port >= 0 && o.master_port <= 65535,
+                "--master-port must be between 0 (pick a free port) and 65535, got ",
+                o.master_port);
   dist::LaunchOptions launch;
   launch.nproc_per_node = static_cast<int>(o.nproc_per_node);
   launch.master_addr = o.master_addr;

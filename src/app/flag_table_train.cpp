@@ -34,6 +34,9 @@ void add_parallel_flags(config::FlagSet& f, train::ParallelOptions& p, train::Pr
       .choices = {"auto", "gloo", "nccl"};
   f.add("distributed-timeout-minutes", &p.distributed_timeout_minutes,
         "a collective that does not complete in this time ends the run with an error");
+  f.add("distributed-heartbeat-timeout", &p.distributed_heartbeat_timeout,
+        "seconds a rank's heartbeat may be silent (stopped, hung) before the job ends naming it, "
+        "instead of waiting for the collective timeout (0 = no heartbeat)");
   f.add("fsdp-prefetch", &p.fsdp_prefetch,
         "issue the next unit's all-gather before computing the current one");
   f.add("fsdp-reshard-after-forward", &p.fsdp_reshard_after_forward,

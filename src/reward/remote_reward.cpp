@@ -6,6 +6,7 @@
 #include <cmath>
 #include <thread>
 
+#include "core/json_util.h"
 #include "core/log.h"
 
 namespace furlong::reward {
@@ -86,9 +87,9 @@ Json RemoteRewardClient::post(const Json& payload) const {
       result.retryable = res->status >= 500 || res->status == 429;
     } else {
       try {
-        result.body = Json::parse(res->body);
+        result.body = parse_json(res->body, "the reward server's response");
         result.ok = true;
-      } catch (const Json::exception&) {
+      } catch (const std::exception&) {
         result.error = "the response is not JSON: " + excerpt(res->body);
       }
     }

@@ -16,6 +16,7 @@ std::unique_ptr<dist::ProcessGroups> init_process_groups(const TrainOptions& o) 
   dist::InitOptions init;
   init.backend = dist::parse_backend(o.parallel.distributed_backend, "--distributed-backend");
   init.timeout = std::chrono::minutes(o.parallel.distributed_timeout_minutes);
+  init.heartbeat_timeout = std::chrono::seconds(o.parallel.distributed_heartbeat_timeout);
   return dist::ProcessGroups::init(dist::rendezvous_from_env(), init);
 }
 

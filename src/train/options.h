@@ -38,6 +38,8 @@ struct ParallelOptions {
   int64_t context_parallel_size = 1;  // must stay 1 with the FSDP backend
   std::string distributed_backend = "auto";
   int64_t distributed_timeout_minutes = 10;
+  // seconds a rank's heartbeat may be silent before the job ends naming it (0 = off)
+  int64_t distributed_heartbeat_timeout = 60;
   bool fsdp_prefetch = true;
   bool fsdp_reshard_after_forward = true;
 };

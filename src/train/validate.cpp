@@ -6,6 +6,15 @@
 namespace furlong::train {
 
 void validate_options(const TrainOptions& o, int world_size) {
+  FURLONG_CHECK(o.parallel.distributed_timeout_minutes >= 1,
+                "--distributed-timeout-minutes must be at least 1, got ",
+                o.parallel.distributed_timeout_minutes);
+  FURLONG_CHECK(o.parallel.distributed_heartbeat_timeout >= 0 &&
+                    o.parallel.distributed_heartbeat_timeout <= 86400,
+                "--distributed-heartbeat-timeout must be between 0 (off) and 86400 seconds, got ",
+                o.parallel.distributed_heartbeat_timeout);
+  FURLONG_CHECK(o.rollout.rm_max_retries >= 0 && o.rollout.rm_max_retries <= 1000,
+                "--rm-max-retries must be between 0 and 1000, got ", o.rollout.rm_max_retries);
   FURLONG_CHECK(o.parallel.context_parallel_size == 1,
                 "Context parallelism is not supported for the FSDP backend "
                 "(--context-parallel-size ",

@@ -47,6 +47,12 @@ TEST(TrainValidation, EachRuleExplainsWhatIsWrongAndWhatToDo) {
     EXPECT_NE(backend_msg.find(part), std::string::npos) << backend_msg;
   }
   o = valid();
+  o.parallel.distributed_heartbeat_timeout = -1;
+  expect_rejected(o, 4, {"--distributed-heartbeat-timeout must be between 0 (off)", "got -1"});
+  o = valid();
+  o.rollout.rm_max_retries = int64_t{1} << 40;
+  expect_rejected(o, 4, {"--rm-max-retries must be between 0 and 1000", "got 1099511627776"});
+  o = valid();
   o.optimizer.optimizer = "sgd";
   expect_rejected(o, 4, {"Unsupported optimizer: sgd. Supported options: 'adam'"});
   o = valid();

@@ -25,7 +25,7 @@ void set_timeout(httplib::Client& client, double seconds,
 // The server's error message from a JSON error body, else the body itself (truncated).
 std::string error_message(const std::string& body) {
   try {
-    Json json = Json::parse(body);
+    Json json = parse_json(body, "the engine's error response");
     if (json.contains("error") && json["error"].contains("message"))
       return json["error"]["message"].get<std::string>();
   } catch (const std::exception&) {
