@@ -54,6 +54,11 @@ struct SamplingParams {
 // skip_special_tokens, no_stop_trim). Unknown keys, wrong types and out-of-range values raise
 // furlong::Error naming `where` and the key.
 SamplingParams parse_sampling_params(const Json& json, const std::string& where);
+// The inverse for a request to a remote engine: the sampling fields (temperature, top_p, top_k,
+// min_p, max_new_tokens, ignore_eos, stop, stop_token_ids, sampling_seed). The text switches
+// (skip_special_tokens, no_stop_trim) are left to the server's defaults, as the RL loop reads
+// token ids and decodes them itself.
+Json sampling_params_json(const SamplingParams& params);
 
 enum class FinishReason { kStop, kLength, kAbort };
 const char* finish_reason_name(FinishReason reason);  // "stop" | "length" | "abort"

@@ -37,6 +37,19 @@ std::vector<std::string> parse_stop(const Json& value, const std::string& where)
 
 }  // namespace
 
+Json sampling_params_json(const SamplingParams& p) {
+  Json j = {{"temperature", p.temperature},
+            {"top_p", p.top_p},
+            {"top_k", p.top_k},
+            {"min_p", p.min_p},
+            {"max_new_tokens", p.max_new_tokens},
+            {"ignore_eos", p.ignore_eos}};
+  if (!p.stop.empty()) j["stop"] = p.stop;
+  if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
+  if (p.seed) j["sampling_seed"] = *p.seed;
+  return j;
+}
+
 SamplingParams parse_sampling_params(const Json& json, const std::string& where) {
   SamplingParams p;
   if (json.is_null()) return p;

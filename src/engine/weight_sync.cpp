@@ -61,18 +61,38 @@ NamedTensors receive_weights(dist::Group& group, const std::vector<WeightMeta>& 
   return received;
 }
 
-Json weight_meta_json(const WeightMeta& meta) {
-  return Json{{"name", meta.name}, {"dtype", meta.dtype}, {"shape", meta.shape}};
+void add_weight_metas(const std::vector<WeightMeta>& metas, Json& body) {
+  Json names = Json::array(), dtypes = Json::array(), shapes = Json::array();
+  for (const auto& m : metas) {
+    names.push_back(m.name);
+    dtypes.push_back(m.dtype);
+    shapes.push_back(m.shape);
+  }
+  body["names"] = std::move(names);
+  body["dtypes"] = std::move(dtypes);
+  body["shapes"] = std::move(shapes);
 }
 
-WeightMeta parse_weight_meta(const Json& json, const std::string& where) {
-  WeightMeta m;
-  m.name = json_get<std::string>(json, "name", where);
-  m.dtype = json_get<std::string>(json, "dtype", where);
-  parse_dtype(m.dtype, where + ": field 'dtype'");
-  m.shape = json_get<std::vector<int64_t>>(json, "shape", where);
-  for (auto s : m.shape) FURLONG_CHECK(s >= 0, where, ": field 'shape' has a negative size");
-  return m;
+std::vector<WeightMeta> parse_weight_metas(const Json& body, const std::string& where) {
+  auto names = json_get<std::vector<std::string>>(body, "names", where);
+  auto dtypes = json_get<std::vector<std::string>>(body, "dtypes", where);
+  FURLONG_CHECK(body.contains("shapes") && body["shapes"].is_array(), where,
+                ": 'shapes' must be a list of integer lists");
+  const Json& shapes = body["shapes"];
+  FURLONG_CHECK(names.size() == dtypes.size() && names.size() == shapes.size(), where,
+                ": 'names', 'dtypes' and 'shapes' must have the same length, got ", names.size(),
+                ", ", dtypes.size(), ", ", shapes.size());
+  std::vector<WeightMeta> metas;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string dtype = dtypes[i].rfind("torch.", 0) == 0 ? dtypes[i].substr(6) : dtypes[i];
+    FURLONG_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32", where,
+                  ": dtypes[", i, "] must be bfloat16, float16 or float32, got '", dtypes[i], "'");
+    const std::string field = "shapes[" + std::to_string(i) + "]";
+    auto shape = json_as<std::vector<int64_t>>(shapes[i], field, where);
+    for (auto size : shape) FURLONG_CHECK(size >= 0, where, ": ", field, " has a negative size");
+    metas.push_back({names[i], dtype, std::move(shape)});
+  }
+  return metas;
 }
 
 }  // namespace furlong::engine

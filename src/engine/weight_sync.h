@@ -31,8 +31,11 @@ void broadcast_weights(dist::Group& group, const NamedTensors& named);
 NamedTensors receive_weights(dist::Group& group, const std::vector<WeightMeta>& metas,
                              c10::Device device);
 
-// WeightMeta <-> JSON ({"name", "dtype", "shape"}), as the HTTP endpoint carries them.
-Json weight_meta_json(const WeightMeta& meta);
-WeightMeta parse_weight_meta(const Json& json, const std::string& where);
+// The weight list of /update_weights_from_distributed in SGLang's layout, parallel arrays
+// {"names": [...], "dtypes": ["bfloat16", ...], "shapes": [[...], ...]}: the client writes it
+// into a request body, the server reads it back (dtypes may carry SGLang's "torch." prefix;
+// bfloat16, float16 and float32 are accepted). Errors name `where` and the entry.
+void add_weight_metas(const std::vector<WeightMeta>& metas, Json& body);
+std::vector<WeightMeta> parse_weight_metas(const Json& body, const std::string& where);
 
 }  // namespace furlong::engine

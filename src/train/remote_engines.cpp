@@ -88,19 +88,6 @@ class ServerProcess {
   dist::ChildProcess child_;
 };
 
-Json sampling_json(const engine::SamplingParams& p) {
-  Json j = {{"temperature", p.temperature},
-            {"top_p", p.top_p},
-            {"top_k", p.top_k},
-            {"min_p", p.min_p},
-            {"max_new_tokens", p.max_new_tokens},
-            {"ignore_eos", p.ignore_eos}};
-  if (!p.stop.empty()) j["stop"] = p.stop;
-  if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
-  if (p.seed) j["sampling_seed"] = *p.seed;
-  return j;
-}
-
 engine::FinishReason parse_finish(const std::string& name) {
   if (name == "stop") return engine::FinishReason::kStop;
   if (name == "length") return engine::FinishReason::kLength;
@@ -357,7 +344,8 @@ class RemoteEngines : public RolloutEngines {
     engine::GenerateOutput out;
     out.prompt_tokens = static_cast<int64_t>(request.input_ids.size());
     try {
-      auto r = client.generate(request.input_ids, sampling_json(request.sampling), true);
+      auto r =
+          client.generate(request.input_ids, engine::sampling_params_json(request.sampling), true);
       out.output_ids = r.output_ids;
       out.output_logprobs = r.output_logprobs;
       out.finish_reason = parse_finish(r.finish_reason);

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
+#include "engine/weight_sync.h"
 
 namespace furlong::engine {
 namespace {
@@ -29,6 +30,54 @@ TEST(SamplingParams, ParsesSglangKeys) {
   EXPECT_FALSE(p.skip_special_tokens);
   EXPECT_TRUE(p.no_stop_trim);
   EXPECT_EQ(parse_sampling_params(Json(), "req").temperature, 1.0);
+}
+
+TEST(SamplingParams, JsonForARemoteEngineParsesBackToTheSameSampling) {
+  SamplingParams p;
+  p.temperature = 0.7;
+  p.top_p = 0.9;
+  p.top_k = 20;
+  p.min_p = 0.05;
+  p.max_new_tokens = 33;
+  p.ignore_eos = true;
+  p.stop = {"\n\n", "END"};
+  p.stop_token_ids = {7, 11};
+  p.seed = 1234;
+  auto back = parse_sampling_params(sampling_params_json(p), "test");
+  EXPECT_EQ(back.temperature, p.temperature);
+  EXPECT_EQ(back.top_p, p.top_p);
+  EXPECT_EQ(back.top_k, p.top_k);
+  EXPECT_EQ(back.min_p, p.min_p);
+  EXPECT_EQ(back.max_new_tokens, p.max_new_tokens);
+  EXPECT_EQ(back.ignore_eos, p.ignore_eos);
+  EXPECT_EQ(back.stop, p.stop);
+  EXPECT_EQ(back.stop_token_ids, p.stop_token_ids);
+  EXPECT_EQ(back.seed, p.seed);
+  // Without a seed, none is sent (the server then draws one).
+  p.seed.reset();
+  EXPECT_FALSE(sampling_params_json(p).contains("sampling_seed"));
+}
+
+TEST(WeightMetas, TheClientsBodyParsesBackOnTheServerSide) {
+  std::vector<WeightMeta> metas = {{"model.embed_tokens.weight", "bfloat16", {32, 8}},
+                                   {"model.norm.weight", "float32", {8}}};
+  Json body{{"group_name", "g"}};
+  add_weight_metas(metas, body);
+  auto back = parse_weight_metas(body, "/update_weights_from_distributed");
+  ASSERT_EQ(back.size(), 2u);
+  for (size_t i = 0; i < metas.size(); ++i) {
+    EXPECT_EQ(back[i].name, metas[i].name);
+    EXPECT_EQ(back[i].dtype, metas[i].dtype);
+    EXPECT_EQ(back[i].shape, metas[i].shape);
+  }
+  body["dtypes"][0] = "torch.bfloat16";  // SGLang clients send str(torch.bfloat16)
+  EXPECT_EQ(parse_weight_metas(body, "w")[0].dtype, "bfloat16");
+  body["shapes"][1] = Json::array({-1});
+  EXPECT_NE(error_of([&] { parse_weight_metas(body, "w"); }).find("shapes[1] has a negative size"),
+            std::string::npos);
+  body["names"].push_back("extra");
+  EXPECT_NE(error_of([&] { parse_weight_metas(body, "w"); }).find("must have the same length"),
+            std::string::npos);
 }
 
 TEST(SamplingParams, RejectsBadInput) {

@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include "engine/weight_sync.h"
+
 namespace furlong::engine::server {
 namespace {
 
@@ -257,18 +259,9 @@ void EngineClient::init_weights_update_group(const WeightGroupSpec& spec) const 
 void EngineClient::update_weights_from_distributed(const std::vector<WeightMeta>& metas,
                                                    int64_t version,
                                                    const std::string& group_name) const {
-  Json names = Json::array(), dtypes = Json::array(), shapes = Json::array();
-  for (const auto& m : metas) {
-    names.push_back(m.name);
-    dtypes.push_back(m.dtype);
-    shapes.push_back(m.shape);
-  }
-  post("/update_weights_from_distributed", Json{{"names", names},
-                                                {"dtypes", dtypes},
-                                                {"shapes", shapes},
-                                                {"group_name", group_name},
-                                                {"flush_cache", false},
-                                                {"weight_version", version}});
+  Json body{{"group_name", group_name}, {"flush_cache", false}, {"weight_version", version}};
+  add_weight_metas(metas, body);
+  post("/update_weights_from_distributed", body);
 }
 
 void EngineClient::destroy_weights_update_group(const std::string& group_name) const {

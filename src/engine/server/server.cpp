@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "engine/server/api.h"
 #include "engine/server/connection_watch.h"
+#include "engine/weight_sync.h"
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::engine::server {
@@ -97,11 +98,6 @@ int int_field(const Json& body, const char* field, int64_t lo, int64_t hi,
                 std::to_string(hi) + "], got " + std::to_string(value));
   }
   return static_cast<int>(value);
-}
-
-std::string strip_torch_prefix(std::string dtype) {
-  if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
-  return dtype;
 }
 
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of connections (32 rollout workers at
@@ -499,24 +495,7 @@ void EngineServer::Impl::install_weight_routes() {
                        {"names", "dtypes", "shapes", "group_name", "flush_cache", "selector",
                         "weight_version", "load_format", "abort_all_requests"},
                        where);
-    auto names = json_get<std::vector<std::string>>(body, "names", where);
-    auto dtypes = json_get<std::vector<std::string>>(body, "dtypes", where);
-    FURLONG_CHECK(body.contains("shapes") && body["shapes"].is_array(), where,
-                  ": 'shapes' must be a list of integer lists");
-    const Json& shapes = body["shapes"];
-    FURLONG_CHECK(names.size() == dtypes.size() && names.size() == shapes.size(), where,
-                  ": 'names', 'dtypes' and 'shapes' must have the same length, got ", names.size(),
-                  ", ", dtypes.size(), ", ", shapes.size());
-    std::vector<WeightMeta> metas;
-    for (size_t i = 0; i < names.size(); ++i) {
-      std::string dtype = strip_torch_prefix(dtypes[i]);
-      FURLONG_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32", where,
-                    ": dtypes[", i, "] must be bfloat16, float16 or float32, got '", dtypes[i],
-                    "'");
-      metas.push_back(
-          {names[i], dtype,
-           json_as<std::vector<int64_t>>(shapes[i], "shapes[" + std::to_string(i) + "]", where)});
-    }
+    const auto metas = parse_weight_metas(body, where);
     int64_t version = -1;
     if (body.contains("weight_version") && !body["weight_version"].is_null())
       version = parse_version(body["weight_version"], "weight_version", where);
