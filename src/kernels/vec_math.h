@@ -21,7 +21,9 @@ inline float bits_float(uint32_t u) {
 }
 
 // e^x, relative error about 1 ulp on [-87, 88]; returns 0 below -87.3 (the result would be
-// denormal) and +inf above 88.7 (NaN in, NaN out). Cody-Waite range reduction x = k ln2 + r,
+// denormal) and +inf from about 88.38 on (there k = 128 overflows the exponent bits, although
+// e^x is finite up to 88.72; callers pass x <= 0 (softmax) or only need 1/(1 + e^x) -> 0
+// (SiLU)). NaN in, NaN out. Cody-Waite range reduction x = k ln2 + r,
 // |r| <= ln2/2, the degree-7 Taylor polynomial of e^r (truncation error < 1e-8 relative), and
 // 2^k through the exponent bits.
 inline float fast_exp(float x) {
