@@ -11,9 +11,9 @@
 
 #include "common/test_util.h"
 #include "core/files.h"
-#include "metrics/html_report.h"
 #include "core/json_util.h"
 #include "core/jsonl.h"
+#include "metrics/html_report.h"
 #include "metrics/metrics.h"
 #include "metrics/tensorboard.h"
 
