@@ -1,5 +1,5 @@
 // Rendezvous information from the launcher's environment (torchrun, `furlong launch`, Slurm
-// wrappers that export the same variables), and the --dist-backend name.
+// wrappers that export the same variables), and the --distributed-backend name.
 #include <cerrno>
 #include <climits>
 #include <cstdlib>

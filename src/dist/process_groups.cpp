@@ -66,14 +66,15 @@ Backend resolve_backend(Backend requested, const RendezvousInfo& info) {
   bool have_cuda = detail::nccl_compiled() && detail::cuda_device_count() > 0;
   if (requested == Backend::kGloo) return Backend::kGloo;
   if (requested == Backend::kAuto) return have_cuda ? Backend::kNccl : Backend::kGloo;
-  FURLONG_CHECK(detail::nccl_compiled(),
-                "dist: the nccl backend was requested but this furlong build has no NCCL support "
-                "(it was built against a CPU-only libtorch); use --dist-backend gloo or auto, or "
-                "rebuild against a CUDA libtorch");
+  FURLONG_CHECK(
+      detail::nccl_compiled(),
+      "dist: the nccl backend was requested but this furlong build has no NCCL support "
+      "(it was built against a CPU-only libtorch); use --distributed-backend gloo or auto, or "
+      "rebuild against a CUDA libtorch");
   int devices = detail::cuda_device_count();
   FURLONG_CHECK(devices > 0,
                 "dist: the nccl backend needs a CUDA device but none is visible; "
-                "check CUDA_VISIBLE_DEVICES or use --dist-backend gloo");
+                "check CUDA_VISIBLE_DEVICES or use --distributed-backend gloo");
   FURLONG_CHECK(info.local_rank < devices, "dist: LOCAL_RANK=", info.local_rank, " but only ",
                 devices, " CUDA devices are visible; start at most ", devices, " ranks per node");
   return Backend::kNccl;
