@@ -229,19 +229,6 @@ at::Tensor compute_and_whiten_advantages(const AdvantageInputs& inputs,
   return whiten_advantages(a_T, advantage_moments(a_T, layout.loss_mask_T));
 }
 
-namespace {
-
-at::Tensor concat_or_empty(const std::vector<at::Tensor>& parts) {
-  if (parts.empty()) return at::zeros({0}, at::kFloat);
-  return at::cat(parts);
-}
-
-at::Tensor float_tensor(const std::vector<float>& v) {
-  return at::tensor(v, at::kFloat).reshape({static_cast<int64_t>(v.size())});
-}
-
-}  // namespace
-
 RolloutAdvantages compute_rollout_advantages(
     const RolloutAdvantageInputs& in, const RewardNormOptions& reward_options,
     const AdvantageOptions& options, const std::function<void(at::Tensor&)>& sum_over_ranks) {
@@ -265,10 +252,10 @@ RolloutAdvantages compute_rollout_advantages(
     out.rewards.push_back(normalized[i]);
     rewards.push_back(static_cast<float>(normalized[i]));
   }
-  auto layout = make_response_layout(lengths, float_tensor(mask));
-  AdvantageInputs inputs{.rewards_S = float_tensor(rewards),
-                         .log_probs_T = concat_or_empty(in.old_log_probs),
-                         .ref_log_probs_T = concat_or_empty(in.ref_log_probs)};
+  auto layout = make_response_layout(lengths, fp32_tensor(mask));
+  AdvantageInputs inputs{.rewards_S = fp32_tensor(rewards),
+                         .log_probs_T = concat_tokens(in.old_log_probs),
+                         .ref_log_probs_T = concat_tokens(in.ref_log_probs)};
   auto advantages_T = compute_advantages(inputs, layout, options);
   if (options.normalize_advantages) {
     auto moments = advantage_moments(advantages_T, layout.loss_mask_T).to(at::kDouble);

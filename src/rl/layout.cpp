@@ -19,6 +19,15 @@ ResponseLayout ResponseLayout::to(const at::Device& device) const {
           .denominator_S = denominator_S.to(device)};
 }
 
+at::Tensor concat_tokens(const std::vector<at::Tensor>& per_sample_T) {
+  if (per_sample_T.empty()) return at::zeros({0}, at::kFloat);
+  return at::cat(per_sample_T);
+}
+
+at::Tensor fp32_tensor(const std::vector<float>& values) {
+  return at::tensor(values, at::kFloat).reshape({static_cast<int64_t>(values.size())});
+}
+
 namespace {
 
 at::Tensor sample_index_of_tokens(const std::vector<int64_t>& lengths, int64_t total,

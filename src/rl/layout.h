@@ -30,6 +30,11 @@ struct ResponseLayout {
 // Builds the layout; checks that the mask has sum(lengths) entries. `denominators`, if given,
 // has one entry per sample (else D_i = sum of sample i's mask). Tensors live on the mask's
 // device.
+// Per-sample fp32 [length] tensors concatenated into one [T] tensor in the layout's order (an
+// empty fp32 [0] tensor for no samples), and a float vector as an fp32 [n] tensor.
+at::Tensor concat_tokens(const std::vector<at::Tensor>& per_sample_T);
+at::Tensor fp32_tensor(const std::vector<float>& values);
+
 ResponseLayout make_response_layout(std::vector<int64_t> lengths, const at::Tensor& loss_mask_T,
                                     const std::optional<std::vector<double>>& denominators = {});
 

@@ -24,19 +24,10 @@
 namespace furlong::train {
 namespace {
 
-at::Tensor concat_or_empty(const std::vector<at::Tensor>& parts) {
-  if (parts.empty()) return at::zeros({0}, at::kFloat);
-  return at::cat(parts);
-}
-
-at::Tensor floats(const std::vector<float>& v) {
-  return at::tensor(v, at::kFloat).reshape({static_cast<int64_t>(v.size())});
-}
-
 // Sum over samples of each sample's masked mean of its per-token values (for metrics).
 double sum_of_masked_means(const std::vector<at::Tensor>& per_sample,
                            const rl::ResponseLayout& layout) {
-  return rl::masked_mean_per_sample(concat_or_empty(per_sample), layout)
+  return rl::masked_mean_per_sample(rl::concat_tokens(per_sample), layout)
       .to(at::kDouble)
       .sum()
       .item<double>();
@@ -104,7 +95,7 @@ FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
                   "sample ", s->index,
                   " has no rollout log-probs, which --use-rollout-logprobs / "
                   "--use-tis need");
-    policy.rollout_log_probs.push_back(floats(s->rollout_log_probs));
+    policy.rollout_log_probs.push_back(rl::fp32_tensor(s->rollout_log_probs));
   }
   if (ref_model_)
     timed("ref_log_probs", [&] { policy.ref_log_probs = score_samples(*ref_model_, local, plan); });
@@ -138,7 +129,7 @@ FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
     sums["rollout/total_lengths"] += static_cast<double>(s.tokens.size());
     sums["rollout/truncated"] += s.status == rl::SampleStatus::kTruncated ? 1.0 : 0.0;
   }
-  auto layout = rl::make_response_layout(lengths, floats(mask));
+  auto layout = rl::make_response_layout(lengths, rl::fp32_tensor(mask));
   sums["rollout/log_probs"] = sum_of_masked_means(policy.old_log_probs, layout);
   sums["rollout/advantages"] = sum_of_masked_means(policy.advantages, layout);
   if (all_have_rollout_log_probs) {
@@ -161,7 +152,7 @@ LossOutput FsdpBackend::policy_loss(const MicroBatch& mb, const std::vector<size
   auto gather = [&](const std::vector<at::Tensor>& per_sample) {
     std::vector<at::Tensor> parts;
     for (size_t i : items) parts.push_back(per_sample[i]);
-    return concat_or_empty(parts).to(device);
+    return rl::concat_tokens(parts).to(device);
   };
   rl::LossInputs in{.log_probs_T = lp.logprobs_T,
                     .old_log_probs_T = gather(policy.old_log_probs),
