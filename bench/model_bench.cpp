@@ -94,7 +94,7 @@ int run(const std::vector<std::string>& args) {
   if (o.threads > 0) at::set_num_threads(static_cast<int>(o.threads));
   auto model = models::load_hf_model(o.hf_checkpoint, {.dtype = parse_dtype(o.dtype, "--dtype")});
   auto batch = make_batch(o.docs, o.doc_len, model->config().vocab_size);
-  auto [rows, targets] = next_token_rows(o.docs, o.doc_len, batch.tokens_T);
+  auto [rows, targets] = next_token_rows(o.docs, o.doc_len, batch.tokens_P);
   if (o.mode == "train") model->set_requires_grad(true);
   std::vector<double> times;
   for (int64_t i = 0; i < o.warmup + o.iters; ++i) {

@@ -61,11 +61,11 @@ void score_batch(const models::CausalLM& model, const std::vector<ScoreRow>& row
   at::Tensor lp_T, ent_T;
   if (!positions.empty()) {
     auto batch = models::PackedBatch::from_documents(docs);
-    auto hidden_TD = model.forward_hidden(batch, forward);
+    auto hidden_PD = model.forward_hidden(batch, forward);
     const auto& w = model.weights();
     auto n = static_cast<int64_t>(positions.size());
     auto rows_T = at::from_blob(positions.data(), {n}, at::kLong);
-    auto result = models::token_logprobs(hidden_TD.index_select(0, rows_T),
+    auto result = models::token_logprobs(hidden_PD.index_select(0, rows_T),
                                          model.head_weight(w[0], w[model.final_unit()]),
                                          at::from_blob(targets.data(), {n}, at::kLong));
     lp_T = result.logprobs_T.contiguous();

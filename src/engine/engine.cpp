@@ -423,7 +423,7 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
   if (!to_run.empty()) advance_isolating_failures(to_run);
   std::vector<std::shared_ptr<Sequence>> completed;
   for (const auto& s : to_run) {
-    if (s->num_cached < 0) completed.push_back(s);  // marked finished by append_token
+    if (s->finished) completed.push_back(s);
   }
   if (options.exact_logprobs && !completed.empty()) recompute_isolating_failures(completed);
   finished.insert(finished.end(), completed.begin(), completed.end());
@@ -563,12 +563,12 @@ void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence
       docs.push_back(s->tokens);
     }
     auto batch = models::PackedBatch::from_documents(docs).to(device);
-    auto hidden_TD = model->forward_hidden(batch, forward);
+    auto hidden_PD = model->forward_hidden(batch, forward);
     models::LogProbOptions lo;
     lo.temperature = t;
     lo.with_entropy = false;
     auto lp =
-        models::token_logprobs(hidden_TD.index_select(0, at::tensor(rows, at::kLong).to(device)),
+        models::token_logprobs(hidden_PD.index_select(0, at::tensor(rows, at::kLong).to(device)),
                                head, at::tensor(targets, at::kLong).to(device), lo)
             .logprobs_T.to(at::kCPU)
             .contiguous();
@@ -613,7 +613,7 @@ void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
   }
   if (reason) {
     s.out.finish_reason = *reason;
-    s.num_cached = -1;  // finished: step() releases it
+    s.finished = true;
   }
 }
 

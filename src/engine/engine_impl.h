@@ -33,6 +33,7 @@ struct Sequence {
   std::vector<int64_t> tokens;  // prompt, then generated tokens
   int64_t prompt_len = 0;
   int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
+  bool finished = false;   // set by append_token (eos, stop, length); step() then releases it
   std::vector<int64_t> blocks;
   at::Tensor slots;  // cache slot of every position the reservation covers
   GenerateOutput out;

@@ -95,10 +95,10 @@ struct DecodeBatch {
     mask_B11L = mask.to(device);
   }
 
-  at::Tensor attend(const at::Tensor& q_TNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
+  at::Tensor attend(const at::Tensor& q_PNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
                     models::AttnImpl impl, double scale) const {
     const int64_t K = k_cache.size(1), H = k_cache.size(2);
-    auto q = q_TNH.index_select(0, rows_B).unsqueeze(2);  // [B, N, 1, H]
+    auto q = q_PNH.index_select(0, rows_B).unsqueeze(2);  // [B, N, 1, H]
     auto k = k_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
     auto v = v_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
     return masked_attention(q, k, v, mask_B11L, impl, scale).squeeze(2);  // [B, N, H]
@@ -127,50 +127,50 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   const auto device = weights[0][0].device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   models::PackedBatch batch;
-  batch.tokens_T = at::tensor(tokens, long_opts).to(device);
-  batch.position_ids_T = at::tensor(positions, long_opts).to(device);
+  batch.tokens_P = at::tensor(tokens, long_opts).to(device);
+  batch.position_ids_P = at::tensor(positions, long_opts).to(device);
   batch.cu_seqlens = cu;
-  auto slots_T = new_slots.size() == 1 ? new_slots[0] : at::cat(new_slots);
+  auto slots_P = new_slots.size() == 1 ? new_slots[0] : at::cat(new_slots);
 
-  auto x_TD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_T);
-  auto ctx = model.make_context(batch, x_TD.scalar_type(), options);
+  auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
+  auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
   const models::AttnImpl impl = options.attn;
   const DecodeBatch decodes(seqs, cu, device);
-  ctx.attention_override = [&](int64_t layer, const at::Tensor& q_TNH, const at::Tensor& k_TKH,
-                               const at::Tensor& v_TKH, double scale) {
+  ctx.attention_override = [&](int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
+                               const at::Tensor& v_PKH, double scale) {
     auto& k_cache = cache.k(layer);
     auto& v_cache = cache.v(layer);
-    k_cache.index_copy_(0, slots_T, k_TKH);
-    v_cache.index_copy_(0, slots_T, v_TKH);
-    auto out_TNH = at::empty_like(q_TNH);
+    k_cache.index_copy_(0, slots_P, k_PKH);
+    v_cache.index_copy_(0, slots_P, v_PKH);
+    auto out_PNH = at::empty_like(q_PNH);
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (decodes.member[i]) continue;
       const auto& s = seqs[i];
-      auto q = q_TNH.narrow(0, cu[i], s.num_new);
+      auto q = q_PNH.narrow(0, cu[i], s.num_new);
       at::Tensor o;
       if (s.start == 0) {
         // A whole prompt: the trainer's own per-document causal attention.
         models::PackedBatch doc;
         doc.cu_seqlens = {0, s.num_new};
-        o = models::attention(q, k_TKH.narrow(0, cu[i], s.num_new),
-                              v_TKH.narrow(0, cu[i], s.num_new), doc, impl, scale);
+        o = models::attention(q, k_PKH.narrow(0, cu[i], s.num_new),
+                              v_PKH.narrow(0, cu[i], s.num_new), doc, impl, scale);
       } else {
         auto slots = s.slots.narrow(0, 0, s.start + s.num_new);
         o = cached_attention(q, k_cache.index_select(0, slots), v_cache.index_select(0, slots),
                              s.start, impl, scale);
       }
-      out_TNH.narrow(0, cu[i], s.num_new).copy_(o);
+      out_PNH.narrow(0, cu[i], s.num_new).copy_(o);
     }
     if (decodes.size > 0) {
-      out_TNH.index_copy_(0, decodes.rows_B, decodes.attend(q_TNH, k_cache, v_cache, impl, scale));
+      out_PNH.index_copy_(0, decodes.rows_B, decodes.attend(q_PNH, k_cache, v_cache, impl, scale));
     }
-    return out_TNH;
+    return out_PNH;
   };
   for (int64_t l = 0; l < model.num_layers(); ++l) {
-    x_TD = model.block(l, weights[model.layer_unit(l)], x_TD, ctx);
+    x_PD = model.block(l, weights[model.layer_unit(l)], x_PD, ctx);
   }
   auto rows = at::tensor(last_rows, long_opts).to(device);
-  return model.final_norm(weights[model.final_unit()], x_TD.index_select(0, rows), ctx);
+  return model.final_norm(weights[model.final_unit()], x_PD.index_select(0, rows), ctx);
 }
 
 at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD) {

@@ -72,10 +72,10 @@ FsdpModel::Output FsdpModel::forward(const models::PackedBatch& batch,
   if (options_.prefetch)
     units_[L > 0 ? model_->layer_unit(0) : model_->final_unit()]->start_gather();
   auto embed_params = embed_unit.full_params();
-  auto x_TD = model_->embed(embed_params, batch.tokens_T);
+  auto x_PD = model_->embed(embed_params, batch.tokens_P);
   // The embedding's backward needs only the token ids, so untied weights can go right away.
   if (!tied) embed_unit.release();
-  auto ctx = model_->make_context(batch, x_TD.scalar_type(), options);
+  auto ctx = model_->make_context(batch, x_PD.scalar_type(), options);
 
   for (int64_t l = 0; l < L; ++l) {
     auto& unit = *units_[model_->layer_unit(l)];
@@ -83,18 +83,18 @@ FsdpModel::Output FsdpModel::forward(const models::PackedBatch& batch,
     if (options_.prefetch) {
       units_[l + 1 < L ? model_->layer_unit(l + 1) : model_->final_unit()]->start_gather();
     }
-    x_TD = model_->run_block(l, unit.full_params(), x_TD, ctx, options.activation_checkpointing);
+    x_PD = model_->run_block(l, unit.full_params(), x_PD, ctx, options.activation_checkpointing);
     if (!grad) {
       unit.release();
     } else if (options_.reshard_after_forward) {
       unit.release();
-      hook_block_output(x_TD, l);
+      hook_block_output(x_PD, l);
     }
   }
   final_unit.finish_gather();
   auto final_params = final_unit.full_params();
   Output out;
-  out.hidden_TD = model_->final_norm(final_params, x_TD, ctx);
+  out.hidden_PD = model_->final_norm(final_params, x_PD, ctx);
   out.head_VD = model_->head_weight(embed_params, final_params);
   // Backward starts with the last block: have it on its way.
   if (grad && options_.reshard_after_forward && options_.prefetch && L > 0) {

@@ -60,7 +60,7 @@ class FsdpModel {
   void load_full(const std::function<at::Tensor(const std::string& name)>& full_tensor);
 
   struct Output {
-    at::Tensor hidden_TD;  // final hidden states (after the final norm), param dtype
+    at::Tensor hidden_PD;  // final hidden states (after the final norm), param dtype
     at::Tensor head_VD;    // lm_head weight (the embedding when tied), param dtype
   };
   // The packed forward. Under grad mode the returned tensors carry the autograd graph whose

@@ -367,11 +367,11 @@ std::pair<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy_in, con
   return {dx, partial.sum(0)};
 }
 
-at::Tensor rope_forward(const at::Tensor& x_in, const at::Tensor& cos_TH,
-                        const at::Tensor& sin_TH) {
-  check_same(x_in, cos_TH, "rope_forward");
+at::Tensor rope_forward(const at::Tensor& x_in, const at::Tensor& cos_PH,
+                        const at::Tensor& sin_PH) {
+  check_same(x_in, cos_PH, "rope_forward");
   auto x = x_in.contiguous();
-  auto c = cos_TH.contiguous(), s = sin_TH.contiguous();
+  auto c = cos_PH.contiguous(), s = sin_PH.contiguous();
   const int64_t N = x.size(1), H = x.size(2), R = x.size(0) * N;
   auto y = at::empty_like(x);
   at::parallel_for(0, R, grain_rows(H), [&](int64_t r0, int64_t r1) {
@@ -385,9 +385,9 @@ at::Tensor rope_forward(const at::Tensor& x_in, const at::Tensor& cos_TH,
   return y;
 }
 
-at::Tensor rope_backward(const at::Tensor& dy_in, const at::Tensor& cos_TH,
-                         const at::Tensor& sin_TH) {
-  auto c = cos_TH.contiguous(), s = sin_TH.contiguous();
+at::Tensor rope_backward(const at::Tensor& dy_in, const at::Tensor& cos_PH,
+                         const at::Tensor& sin_PH) {
+  auto c = cos_PH.contiguous(), s = sin_PH.contiguous();
   auto dy = dy_in.to(c.scalar_type()).contiguous();
   const int64_t N = dy.size(1), H = dy.size(2), R = dy.size(0) * N;
   auto dx = at::empty_like(dy);

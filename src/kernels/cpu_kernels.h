@@ -7,7 +7,8 @@
 // the normalized value to bf16 before multiplying by the weight), computing in fp32 between
 // them. All tensors are CPU, contiguous, and float32 or bfloat16 (see supported()).
 //
-// Legend: R = rows, D = row width, T = tokens, N = heads, H = head dim, V = vocabulary.
+// Shapes (legend in docs/architecture.md): R = rows of a 2-D view, D = row width, P = packed
+// tokens, N = heads, H = head dim, V = vocabulary.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,12 +29,12 @@ std::pair<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy_RD, con
                                                     const at::Tensor& w_D,
                                                     const at::Tensor& rstd_R);
 
-// y = x * cos + rotate_half(x) * sin; x_TNH, cos_TH / sin_TH in x's dtype.
-at::Tensor rope_forward(const at::Tensor& x_TNH, const at::Tensor& cos_TH,
-                        const at::Tensor& sin_TH);
+// y = x * cos + rotate_half(x) * sin; x_PNH, cos_PH / sin_PH in x's dtype.
+at::Tensor rope_forward(const at::Tensor& x_PNH, const at::Tensor& cos_PH,
+                        const at::Tensor& sin_PH);
 // dx = dy * cos + rotate_half^T(dy * sin), with rotate_half^T([a, b]) = [b, -a].
-at::Tensor rope_backward(const at::Tensor& dy_TNH, const at::Tensor& cos_TH,
-                         const at::Tensor& sin_TH);
+at::Tensor rope_backward(const at::Tensor& dy_PNH, const at::Tensor& cos_PH,
+                         const at::Tensor& sin_PH);
 
 // h = silu(gate) * up.
 at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);

@@ -55,8 +55,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return RmsNormFunction::apply(x, w, eps);
 }
 
-at::Tensor rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH) {
-  return RopeFunction::apply(x_TNH, cos_TH, sin_TH);
+at::Tensor rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH) {
+  return RopeFunction::apply(x_PNH, cos_PH, sin_PH);
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {

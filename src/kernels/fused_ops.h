@@ -9,8 +9,8 @@ namespace furlong::kernels {
 
 // w * cast(x / rms(x)) over the last dim; x and w of the same dtype.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
-// x_TNH * cos_TH + rotate_half(x_TNH) * sin_TH (cos/sin are not differentiated).
-at::Tensor rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH);
+// x_PNH * cos_PH + rotate_half(x_PNH) * sin_PH (cos/sin are not differentiated).
+at::Tensor rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH);
 // silu(gate) * up.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 

@@ -88,17 +88,17 @@ ForwardContext CausalLM::make_context(const PackedBatch& batch, c10::ScalarType 
   ctx.batch = batch;
   ctx.attn = options.attn;
   ctx.fused_kernels = options.fused_kernels;
-  std::tie(ctx.cos_TH, ctx.sin_TH) = rope_.cos_sin(batch.position_ids_T, dtype);
+  std::tie(ctx.cos_PH, ctx.sin_PH) = rope_.cos_sin(batch.position_ids_P, dtype);
   return ctx;
 }
 
-at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_T) const {
-  return at::embedding(params[0], tokens_T);
+at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_P) const {
+  return at::embedding(params[0], tokens_P);
 }
 
-at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_TD,
+at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_PD,
                                 const ForwardContext& ctx) const {
-  return rms_norm(x_TD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
+  return rms_norm(x_PD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
 }
 
 const at::Tensor& CausalLM::head_weight(const UnitTensors& embed_params,
@@ -106,30 +106,30 @@ const at::Tensor& CausalLM::head_weight(const UnitTensors& embed_params,
   return config_.tie_word_embeddings ? embed_params[0] : final_params[1];
 }
 
-at::Tensor CausalLM::run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+at::Tensor CausalLM::run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                                const ForwardContext& ctx, bool checkpoint) const {
-  if (!checkpoint) return block(layer, params, x_TD, ctx);
+  if (!checkpoint) return block(layer, params, x_PD, ctx);
   auto fn = [this, layer, ctx](const at::Tensor& x, const std::vector<at::Tensor>& p) {
     return block(layer, p, x, ctx);
   };
-  return checkpointed_call(fn, x_TD, params);
+  return checkpointed_call(fn, x_PD, params);
 }
 
 at::Tensor CausalLM::forward_hidden(const PackedBatch& batch, const ForwardOptions& options) const {
   FURLONG_ASSERT(materialized(), "forward on a model whose weights are not materialized");
   FURLONG_CHECK(batch.num_tokens() > 0, "forward: the batch is empty");
   const auto& embed_params = weights_[kEmbedUnit];
-  auto x_TD = embed(embed_params, batch.tokens_T);
-  auto ctx = make_context(batch, x_TD.scalar_type(), options);
+  auto x_PD = embed(embed_params, batch.tokens_P);
+  auto ctx = make_context(batch, x_PD.scalar_type(), options);
   for (int64_t l = 0; l < num_layers(); ++l) {
-    x_TD = run_block(l, weights_[layer_unit(l)], x_TD, ctx, options.activation_checkpointing);
+    x_PD = run_block(l, weights_[layer_unit(l)], x_PD, ctx, options.activation_checkpointing);
   }
-  return final_norm(weights_[final_unit()], x_TD, ctx);
+  return final_norm(weights_[final_unit()], x_PD, ctx);
 }
 
 at::Tensor CausalLM::forward_logits(const PackedBatch& batch, const ForwardOptions& options) const {
-  auto hidden_TD = forward_hidden(batch, options);
-  return at::linear(hidden_TD, head_weight(weights_[kEmbedUnit], weights_[final_unit()]));
+  auto hidden_PD = forward_hidden(batch, options);
+  return at::linear(hidden_PD, head_weight(weights_[kEmbedUnit], weights_[final_unit()]));
 }
 
 }  // namespace furlong::models

@@ -56,16 +56,16 @@ struct ForwardOptions {
 // backward after the caller's batch object is gone.
 struct ForwardContext {
   PackedBatch batch;
-  at::Tensor cos_TH;
-  at::Tensor sin_TH;
+  at::Tensor cos_PH;
+  at::Tensor sin_PH;
   AttnImpl attn = AttnImpl::kSdpa;
   bool fused_kernels = true;
   // Optional replacement for attention() (e.g. the rollout engine's paged KV cache): blocks
-  // call it with their layer index and the post-RoPE q [T, N, H], k/v [T, K, H] and the
-  // softmax scale, and use the [T, N, H] it returns. Unset: attention() over `batch`.
+  // call it with their layer index and the post-RoPE q [P, N, H], k/v [P, K, H] and the
+  // softmax scale, and use the [P, N, H] it returns. Unset: attention() over `batch`.
   using AttentionFn =
-      std::function<at::Tensor(int64_t layer, const at::Tensor& q_TNH, const at::Tensor& k_TKH,
-                               const at::Tensor& v_TKH, double scale)>;
+      std::function<at::Tensor(int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
+                               const at::Tensor& v_PKH, double scale)>;
   AttentionFn attention_override;
 };
 
@@ -97,22 +97,22 @@ class CausalLM {
   // ---- functional forward pieces ----
   ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype,
                               const ForwardOptions& options) const;
-  at::Tensor embed(const UnitTensors& params, const at::Tensor& tokens_T) const;
-  virtual at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+  at::Tensor embed(const UnitTensors& params, const at::Tensor& tokens_P) const;
+  virtual at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                            const ForwardContext& ctx) const = 0;
-  at::Tensor final_norm(const UnitTensors& params, const at::Tensor& x_TD,
+  at::Tensor final_norm(const UnitTensors& params, const at::Tensor& x_PD,
                         const ForwardContext& ctx) const;
   // lm_head weight [V, D]: the embedding when tied, else the final unit's lm_head.
   const at::Tensor& head_weight(const UnitTensors& embed_params,
                                 const UnitTensors& final_params) const;
   // One block, optionally wrapped in activation checkpointing.
-  at::Tensor run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+  at::Tensor run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                        const ForwardContext& ctx, bool checkpoint) const;
 
   // ---- single-device forward over the owned weights ----
-  // Final hidden states [T, D] (after the final norm).
+  // Final hidden states [P, D] (after the final norm).
   at::Tensor forward_hidden(const PackedBatch& batch, const ForwardOptions& options = {}) const;
-  // Logits [T, V] in the weights' dtype.
+  // Logits [P, V] in the weights' dtype.
   at::Tensor forward_logits(const PackedBatch& batch, const ForwardOptions& options = {}) const;
 
  protected:

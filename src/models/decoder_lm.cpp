@@ -42,34 +42,34 @@ std::vector<ParamSpec> DecoderLM::block_param_specs() {
   return specs;
 }
 
-at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_TD,
+at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
                             const ForwardContext& ctx) const {
   const auto& c = config_;
   auto opt = [&](int slot) { return slot >= 0 ? p[slot] : at::Tensor(); };
-  const int64_t T = x_TD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
+  const int64_t P = x_PD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
   const int64_t H = c.head_dim;
 
   const bool fused = ctx.fused_kernels;
-  auto h_TD = rms_norm(x_TD, p[slots_.input_norm], c.rms_norm_eps, fused);
-  auto q_TNH = at::linear(h_TD, p[slots_.q], opt(slots_.q_bias)).view({T, N, H});
-  auto k_TKH = at::linear(h_TD, p[slots_.k], opt(slots_.k_bias)).view({T, K, H});
-  auto v_TKH = at::linear(h_TD, p[slots_.v], opt(slots_.v_bias)).view({T, K, H});
+  auto h_PD = rms_norm(x_PD, p[slots_.input_norm], c.rms_norm_eps, fused);
+  auto q_PNH = at::linear(h_PD, p[slots_.q], opt(slots_.q_bias)).view({P, N, H});
+  auto k_PKH = at::linear(h_PD, p[slots_.k], opt(slots_.k_bias)).view({P, K, H});
+  auto v_PKH = at::linear(h_PD, p[slots_.v], opt(slots_.v_bias)).view({P, K, H});
   if (c.qk_norm) {
-    q_TNH = rms_norm(q_TNH, p[slots_.q_norm], c.rms_norm_eps, fused);
-    k_TKH = rms_norm(k_TKH, p[slots_.k_norm], c.rms_norm_eps, fused);
+    q_PNH = rms_norm(q_PNH, p[slots_.q_norm], c.rms_norm_eps, fused);
+    k_PKH = rms_norm(k_PKH, p[slots_.k_norm], c.rms_norm_eps, fused);
   }
-  q_TNH = apply_rope(q_TNH, ctx.cos_TH, ctx.sin_TH, fused);
-  k_TKH = apply_rope(k_TKH, ctx.cos_TH, ctx.sin_TH, fused);
+  q_PNH = apply_rope(q_PNH, ctx.cos_PH, ctx.sin_PH, fused);
+  k_PKH = apply_rope(k_PKH, ctx.cos_PH, ctx.sin_PH, fused);
   double scale = 1.0 / std::sqrt(static_cast<double>(H));
-  auto o_TNH = ctx.attention_override ? ctx.attention_override(layer, q_TNH, k_TKH, v_TKH, scale)
-                                      : attention(q_TNH, k_TKH, v_TKH, ctx.batch, ctx.attn, scale);
-  auto attn_TD = at::linear(o_TNH.reshape({T, N * H}), p[slots_.o], opt(slots_.o_bias));
-  auto x1_TD = x_TD + attn_TD;
+  auto o_PNH = ctx.attention_override ? ctx.attention_override(layer, q_PNH, k_PKH, v_PKH, scale)
+                                      : attention(q_PNH, k_PKH, v_PKH, ctx.batch, ctx.attn, scale);
+  auto attn_PD = at::linear(o_PNH.reshape({P, N * H}), p[slots_.o], opt(slots_.o_bias));
+  auto x1_PD = x_PD + attn_PD;
 
-  auto h2_TD = rms_norm(x1_TD, p[slots_.post_norm], c.rms_norm_eps, fused);
-  auto mlp_TD = swiglu_mlp(h2_TD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
+  auto h2_PD = rms_norm(x1_PD, p[slots_.post_norm], c.rms_norm_eps, fused);
+  auto mlp_PD = swiglu_mlp(h2_PD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
                            opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias), fused);
-  return x1_TD + mlp_TD;
+  return x1_PD + mlp_PD;
 }
 
 }  // namespace furlong::models

@@ -11,7 +11,7 @@ namespace furlong::models {
 class DecoderLM : public CausalLM {
  public:
   explicit DecoderLM(ModelConfig config);
-  at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_TD,
+  at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                    const ForwardContext& ctx) const override;
 
  private:

@@ -118,35 +118,35 @@ RotaryEmbedding RotaryEmbedding::create(const ModelConfig& config) {
   return re;
 }
 
-std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& position_ids_T,
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& position_ids_P,
                                                            c10::ScalarType dtype) const {
   at::Tensor freq = inv_freq;
-  if (rope.type == "dynamic" && position_ids_T.numel() > 0) {
-    int64_t seq_len = position_ids_T.max().item<int64_t>() + 1;
+  if (rope.type == "dynamic" && position_ids_P.numel() > 0) {
+    int64_t seq_len = position_ids_P.max().item<int64_t>() + 1;
     if (seq_len > max_position_embeddings) {
       freq = dynamic_inv_freq(rope, head_dim, seq_len, max_position_embeddings);
     }
   }
-  freq = freq.to(position_ids_T.device());
-  auto freqs_TH2 = position_ids_T.unsqueeze(-1).to(at::kFloat) * freq;
-  auto emb_TH = at::cat({freqs_TH2, freqs_TH2}, -1);
-  auto cos = emb_TH.cos() * attention_scaling;
-  auto sin = emb_TH.sin() * attention_scaling;
+  freq = freq.to(position_ids_P.device());
+  auto freqs_TH2 = position_ids_P.unsqueeze(-1).to(at::kFloat) * freq;
+  auto emb_PH = at::cat({freqs_TH2, freqs_TH2}, -1);
+  auto cos = emb_PH.cos() * attention_scaling;
+  auto sin = emb_PH.sin() * attention_scaling;
   return {cos.to(dtype), sin.to(dtype)};
 }
 
-at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH,
+at::Tensor apply_rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH,
                       bool fused) {
-  if (fused && kernels::supported(x_TNH) && cos_TH.scalar_type() == x_TNH.scalar_type()) {
-    return kernels::rope(x_TNH, cos_TH, sin_TH);
+  if (fused && kernels::supported(x_PNH) && cos_PH.scalar_type() == x_PNH.scalar_type()) {
+    return kernels::rope(x_PNH, cos_PH, sin_PH);
   }
-  int64_t half = x_TNH.size(-1) / 2;
-  auto x1 = x_TNH.narrow(-1, 0, half);
-  auto x2 = x_TNH.narrow(-1, half, half);
+  int64_t half = x_PNH.size(-1) / 2;
+  auto x1 = x_PNH.narrow(-1, 0, half);
+  auto x2 = x_PNH.narrow(-1, half, half);
   auto rotated = at::cat({-x2, x1}, -1);
-  auto cos = cos_TH.unsqueeze(1);
-  auto sin = sin_TH.unsqueeze(1);
-  return x_TNH * cos + rotated * sin;
+  auto cos = cos_PH.unsqueeze(1);
+  auto sin = sin_PH.unsqueeze(1);
+  return x_PNH * cos + rotated * sin;
 }
 
 namespace {
@@ -175,9 +175,9 @@ at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at
 
 }  // namespace
 
-at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at::Tensor& v_TKH,
+at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at::Tensor& v_PKH,
                      const PackedBatch& batch, AttnImpl impl, double scale) {
-  FURLONG_ASSERT(q_TNH.size(0) == batch.num_tokens(), "attention: ", q_TNH.size(0),
+  FURLONG_ASSERT(q_PNH.size(0) == batch.num_tokens(), "attention: ", q_PNH.size(0),
                  " tokens but the batch has ", batch.num_tokens());
   auto to_heads_first = [](const at::Tensor& x, int64_t start, int64_t len) {
     return x.narrow(0, start, len).transpose(0, 1).unsqueeze(0);  // [1, heads, L, H]
@@ -188,18 +188,18 @@ at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at:
     int64_t start = batch.cu_seqlens[d];
     int64_t len = batch.cu_seqlens[d + 1] - start;
     auto out =
-        document_attention(to_heads_first(q_TNH, start, len), to_heads_first(k_TKH, start, len),
-                           to_heads_first(v_TKH, start, len), impl, scale);
+        document_attention(to_heads_first(q_PNH, start, len), to_heads_first(k_PKH, start, len),
+                           to_heads_first(v_PKH, start, len), impl, scale);
     outputs.push_back(out.squeeze(0).transpose(0, 1));  // [L, N, H]
   }
   return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
 }
 
-at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
+at::Tensor swiglu_mlp(const at::Tensor& x_PD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
                       const at::Tensor& down_b, bool fused) {
-  auto gate = at::linear(x_TD, gate_FD, gate_b);
-  auto up = at::linear(x_TD, up_FD, up_b);
+  auto gate = at::linear(x_PD, gate_FD, gate_b);
+  auto up = at::linear(x_PD, up_FD, up_b);
   auto hidden = fused && kernels::supported(gate) ? kernels::swiglu(gate, up) : at::silu(gate) * up;
   return at::linear(hidden, down_DF, down_b);
 }

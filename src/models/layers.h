@@ -2,8 +2,8 @@
 // numerics op for op (same dtypes at each step), so that fp32 results agree to rounding and
 // bf16 results agree to the last few ulps.
 //
-// Legend: T = tokens (packed), D = model dim, N = query heads, K = key/value heads,
-// H = head dim, F = MLP hidden dim.
+// Shapes (legend in docs/architecture.md): P = packed tokens, D = model dim, N = query heads, K =
+// key/value heads, H = head dim, F = MLP hidden dim.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,21 +35,21 @@ struct RotaryEmbedding {
   int64_t max_position_embeddings = 0;
 
   static RotaryEmbedding create(const ModelConfig& config);
-  // cos/sin [T, H] in `dtype` for the given positions (computed in fp32 first).
-  std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& position_ids_T,
+  // cos/sin [P, H] in `dtype` for the given positions (computed in fp32 first).
+  std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& position_ids_P,
                                             c10::ScalarType dtype) const;
 };
 
-// x_TNH * cos + rotate_half(x_TNH) * sin, with cos/sin [T, H] broadcast over heads.
-at::Tensor apply_rope(const at::Tensor& x_TNH, const at::Tensor& cos_TH, const at::Tensor& sin_TH,
+// x_PNH * cos + rotate_half(x_PNH) * sin, with cos/sin [P, H] broadcast over heads.
+at::Tensor apply_rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH,
                       bool fused = true);
 
 // Causal attention within each document of `batch`; K may divide N (grouped-query attention).
-at::Tensor attention(const at::Tensor& q_TNH, const at::Tensor& k_TKH, const at::Tensor& v_TKH,
+at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at::Tensor& v_PKH,
                      const PackedBatch& batch, AttnImpl impl, double scale);
 
 // down(silu(gate(x)) * up(x)); biases may be undefined.
-at::Tensor swiglu_mlp(const at::Tensor& x_TD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
+at::Tensor swiglu_mlp(const at::Tensor& x_PD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
                       const at::Tensor& down_b, bool fused = true);
 

@@ -22,7 +22,7 @@ int64_t rows_per_chunk(int64_t vocab, int64_t chunk_bytes) {
 
 // Per-row statistics of a chunk of logits (z = logits / temperature in fp32), shifted by the
 // row max m: log s with s = sum exp(z - m); log p[target] = z_t - m - log s;
-// H = log s - sum(exp(z - m) (z - m)) / s. The shifted form avoids the cancellation of
+// entropy = log s - sum(exp(z - m) (z - m)) / s. The shifted form avoids the cancellation of
 // lse - sum(p z) and is more accurate than transformers' fp32 -sum(p log p).
 kernels::SoftmaxStats chunk_stats(const at::Tensor& logits, const at::Tensor& targets,
                                   double temperature, bool with_entropy) {
@@ -43,8 +43,8 @@ kernels::SoftmaxStats chunk_stats(const at::Tensor& logits, const at::Tensor& ta
   return st;
 }
 
-// d/d logits of sum(g_lp * log p[target] + g_ent * H), in the logits' dtype:
-// (g_lp (onehot - p) - g_ent p (log p + H)) / temperature.
+// d/d logits of sum(g_lp * log p[target] + g_ent * entropy), in the logits' dtype:
+// (g_lp (onehot - p) - g_ent p (log p + entropy)) / temperature.
 at::Tensor chunk_grad(const at::Tensor& logits, const at::Tensor& targets, double temperature,
                       const kernels::SoftmaxStats& st, const at::Tensor& g_lp,
                       const at::Tensor& g_ent) {

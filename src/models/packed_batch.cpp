@@ -28,21 +28,21 @@ PackedBatch PackedBatch::from_documents(const std::vector<std::vector<int64_t>>&
     batch.cu_seqlens.push_back(static_cast<int64_t>(tokens.size()));
   }
   auto n = static_cast<int64_t>(tokens.size());
-  batch.tokens_T = at::from_blob(tokens.data(), {n}, at::kLong).clone();
-  batch.position_ids_T = at::from_blob(positions.data(), {n}, at::kLong).clone();
+  batch.tokens_P = at::from_blob(tokens.data(), {n}, at::kLong).clone();
+  batch.position_ids_P = at::from_blob(positions.data(), {n}, at::kLong).clone();
   return batch;
 }
 
-PackedBatch PackedBatch::from_positions(const at::Tensor& tokens_T,
-                                        const at::Tensor& position_ids_T) {
-  FURLONG_CHECK(tokens_T.dim() == 1 && position_ids_T.dim() == 1 &&
-                    tokens_T.size(0) == position_ids_T.size(0),
+PackedBatch PackedBatch::from_positions(const at::Tensor& tokens_P,
+                                        const at::Tensor& position_ids_P) {
+  FURLONG_CHECK(tokens_P.dim() == 1 && position_ids_P.dim() == 1 &&
+                    tokens_P.size(0) == position_ids_P.size(0),
                 "packed batch: tokens and position ids must be 1-D of equal length, got ",
-                tokens_T.sizes(), " and ", position_ids_T.sizes());
+                tokens_P.sizes(), " and ", position_ids_P.sizes());
   PackedBatch batch;
-  batch.tokens_T = tokens_T.to(at::kLong);
-  batch.position_ids_T = position_ids_T.to(at::kLong);
-  auto pos = batch.position_ids_T.cpu().contiguous();
+  batch.tokens_P = tokens_P.to(at::kLong);
+  batch.position_ids_P = position_ids_P.to(at::kLong);
+  auto pos = batch.position_ids_P.cpu().contiguous();
   const int64_t* p = pos.data_ptr<int64_t>();
   int64_t n = pos.size(0);
   batch.cu_seqlens.push_back(0);
@@ -55,8 +55,8 @@ PackedBatch PackedBatch::from_positions(const at::Tensor& tokens_T,
 
 PackedBatch PackedBatch::to(c10::Device device) const {
   PackedBatch out = *this;
-  out.tokens_T = tokens_T.to(device);
-  out.position_ids_T = position_ids_T.to(device);
+  out.tokens_P = tokens_P.to(device);
+  out.position_ids_P = position_ids_P.to(device);
   return out;
 }
 

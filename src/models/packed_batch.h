@@ -1,6 +1,6 @@
 // Packed inputs: several documents concatenated into one token sequence.
 //
-// T = total tokens. A document starts wherever position_ids does not continue the previous
+// P = total tokens. A document starts wherever position_ids does not continue the previous
 // position by +1 (transformers' rule for packed rows; in practice positions restart at 0).
 // Attention never crosses a document boundary.
 #pragma once
@@ -13,8 +13,8 @@
 namespace furlong::models {
 
 struct PackedBatch {
-  at::Tensor tokens_T;        // int64 [T]
-  at::Tensor position_ids_T;  // int64 [T]
+  at::Tensor tokens_P;        // int64 [P]
+  at::Tensor position_ids_P;  // int64 [P]
   // Document boundaries: doc i is [cu_seqlens[i], cu_seqlens[i+1]). Host-side copy.
   std::vector<int64_t> cu_seqlens;
 
@@ -27,7 +27,7 @@ struct PackedBatch {
   // Documents given as token lists; positions restart at 0 for each.
   static PackedBatch from_documents(const std::vector<std::vector<int64_t>>& documents);
   // Tokens and positions as given (1-D, same length); boundaries derived from positions.
-  static PackedBatch from_positions(const at::Tensor& tokens_T, const at::Tensor& position_ids_T);
+  static PackedBatch from_positions(const at::Tensor& tokens_P, const at::Tensor& position_ids_P);
   // Moves the token/position tensors to `device`.
   PackedBatch to(c10::Device device) const;
 };

@@ -149,13 +149,13 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
   auto out = model_->forward(mb.batch, forward_options());
   const bool per_token = options_.batch.calculate_per_token_loss;
   at::Tensor scaled;
-  if (mb.rows_R.numel() == 0) {
+  if (mb.rows_T.numel() == 0) {
     // An empty micro-batch still runs forward and backward so the collectives line up.
-    scaled = out.hidden_TD.sum() * 0.0 + out.head_VD.sum() * 0.0;
+    scaled = out.hidden_PD.sum() * 0.0 + out.head_VD.sum() * 0.0;
   } else {
-    auto device = out.hidden_TD.device();
+    auto device = out.hidden_PD.device();
     auto lp = models::token_logprobs(
-        out.hidden_TD.index_select(0, mb.rows_R.to(device)), out.head_VD, mb.targets_R.to(device),
+        out.hidden_PD.index_select(0, mb.rows_T.to(device)), out.head_VD, mb.targets_T.to(device),
         {.temperature = policy ? options_.rollout.rollout_temperature : 1.0,
          .with_entropy = policy != nullptr});
     auto loss = policy ? policy_loss(mb, items, lp, *policy) : sft_loss(mb, lp, per_token);

@@ -58,12 +58,12 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
       for (size_t i : items) samples.push_back(local[i]);
       auto mb = pack_micro_batch(samples);
       auto fwd = model.forward(mb.batch, forward_options());
-      if (mb.rows_R.numel() > 0) {
-        auto device = fwd.hidden_TD.device();
+      if (mb.rows_T.numel() > 0) {
+        auto device = fwd.hidden_PD.device();
         // Same call as the training forward (with entropy), so the values are identical.
         auto lp = models::token_logprobs(
-            fwd.hidden_TD.index_select(0, mb.rows_R.to(device)), fwd.head_VD,
-            mb.targets_R.to(device),
+            fwd.hidden_PD.index_select(0, mb.rows_T.to(device)), fwd.head_VD,
+            mb.targets_T.to(device),
             {.temperature = options_.rollout.rollout_temperature, .with_entropy = true});
         auto pieces = lp.logprobs_T.to(at::kCPU).split_with_sizes(mb.layout.lengths);
         for (size_t k = 0; k < items.size(); ++k) out[items[k]] = pieces[k].clone();

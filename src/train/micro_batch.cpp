@@ -25,8 +25,8 @@ MicroBatch pack_micro_batch(const std::vector<const rl::Sample*>& samples) {
   if (docs.empty()) docs.push_back({0});
   mb.batch = models::PackedBatch::from_documents(docs);
   auto n = static_cast<int64_t>(rows.size());
-  mb.rows_R = at::tensor(rows, at::kLong).reshape({n});
-  mb.targets_R = at::tensor(targets, at::kLong).reshape({n});
+  mb.rows_T = at::tensor(rows, at::kLong).reshape({n});
+  mb.targets_T = at::tensor(targets, at::kLong).reshape({n});
   mb.layout =
       rl::make_response_layout(std::move(lengths), at::tensor(mask, at::kFloat).reshape({n}));
   return mb;

@@ -1,9 +1,9 @@
 // Packing a micro-batch of samples into one packed forward pass.
 //
 // Response token p of a sample (p >= prompt length) is predicted by the hidden state at packed
-// position offset + p - 1; `rows_R` lists those positions for every response token of every
-// sample, in sample order, so R = total response tokens. `layout` is the rl layer's view of
-// the same R tokens (loss mask, owning sample, per-sample denominators): the losses reduce
+// position offset + p - 1; `rows_T` lists those positions for every response token of every
+// sample, in sample order, so T = total response tokens. `layout` is the rl layer's view of
+// the same T tokens (loss mask, owning sample, per-sample denominators): the losses reduce
 // over it (rl::reduce_tokens), so SFT and RL share one per-sample reduction.
 #pragma once
 
@@ -19,8 +19,8 @@ namespace furlong::train {
 
 struct MicroBatch {
   models::PackedBatch batch;
-  at::Tensor rows_R;          // int64 packed positions that predict response tokens
-  at::Tensor targets_R;       // int64 the response tokens
+  at::Tensor rows_T;          // int64 packed positions that predict response tokens
+  at::Tensor targets_T;       // int64 the response tokens
   rl::ResponseLayout layout;  // R tokens; the mask is all zeros for removed samples
   int64_t num_samples() const { return layout.num_samples(); }
 };

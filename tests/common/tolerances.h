@@ -227,13 +227,13 @@ inline at::Tensor fp32_softmax_grad_bound(const at::Tensor& logits_V, int64_t ta
 struct FusedLogprobBounds {
   double logprob = 0, entropy = 0, grad_hidden = 0, grad_head = 0;
 };
-inline FusedLogprobBounds fp32_fused_logprob_bounds(const at::Tensor& hidden_TD,
+inline FusedLogprobBounds fp32_fused_logprob_bounds(const at::Tensor& hidden_PD,
                                                     const at::Tensor& head_VD,
                                                     const at::Tensor& targets_T, double temperature,
                                                     const at::Tensor& grad_lp_T,
                                                     const at::Tensor& grad_ent_T) {
   const double u = kUFp32;
-  auto h = hidden_TD.detach().to(at::kDouble), w = head_VD.detach().to(at::kDouble);
+  auto h = hidden_PD.detach().to(at::kDouble), w = head_VD.detach().to(at::kDouble);
   const auto T = h.size(0), V = w.size(0), D = h.size(1);
   auto logits = at::mm(h, w.t());
   auto abs_dot = at::mm(h.abs(), w.abs().t());
@@ -268,8 +268,8 @@ inline FusedLogprobBounds fp32_fused_logprob_bounds(const at::Tensor& hidden_TD,
 
 // max over rows t and vocabulary entries j of sum_k |h_tk W_jk|: the absolute scale of the
 // logits' dot products, the quantity a GEMM's rounding error is proportional to.
-inline double head_abs_scale(const at::Tensor& hidden_TD, const at::Tensor& head_VD) {
-  return at::mm(hidden_TD.detach().to(at::kFloat).abs(), head_VD.detach().to(at::kFloat).abs().t())
+inline double head_abs_scale(const at::Tensor& hidden_PD, const at::Tensor& head_VD) {
+  return at::mm(hidden_PD.detach().to(at::kFloat).abs(), head_VD.detach().to(at::kFloat).abs().t())
       .max()
       .item<double>();
 }

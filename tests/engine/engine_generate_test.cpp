@@ -139,18 +139,18 @@ Agreement compare_with_trainer(const models::CausalLM& model,
     offset += static_cast<int64_t>(doc.size());
     docs.push_back(doc);
   }
-  auto hidden_TD = model.forward_hidden(models::PackedBatch::from_documents(docs));
+  auto hidden_PD = model.forward_hidden(models::PackedBatch::from_documents(docs));
   const auto& w = model.weights();
   auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
   models::LogProbOptions lo;
   lo.temperature = temperature;
   lo.with_entropy = false;
-  auto lp = models::token_logprobs(hidden_TD.index_select(0, at::tensor(rows, at::kLong)), head,
+  auto lp = models::token_logprobs(hidden_PD.index_select(0, at::tensor(rows, at::kLong)), head,
                                    at::tensor(targets, at::kLong), lo)
                 .logprobs_T;
   auto diff = (lp - at::tensor(engine_lp, at::kFloat)).abs();
   Agreement a{diff.max().item<double>(), diff.mean().item<double>(), diff.numel()};
-  auto h_rows = hidden_TD.index_select(0, at::tensor(rows, at::kLong));
+  auto h_rows = hidden_PD.index_select(0, at::tensor(rows, at::kLong));
   a.abs_scale = furlong::testing::tol::head_abs_scale(h_rows, head);
   auto logits = at::mm(h_rows.to(at::kFloat), head.to(at::kFloat).t());
   for (int64_t r = 0; r < logits.size(0); ++r) {
