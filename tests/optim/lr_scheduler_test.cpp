@@ -60,7 +60,8 @@ TEST(LrScheduler, ResolvesDecayAndWarmupSteps) {
   EXPECT_EQ(by_fraction.lr_at(30), 0.0);  // decays to --min-lr at D
 }
 
-// Each rule of spec 6.9 (and furlong's earlier checks) fails at construction, naming the flag.
+// Each rule of miles' LR-schedule validation (and furlong's own checks) fails at construction,
+// naming the flag.
 TEST(LrScheduler, ValidationNamesTheFlag) {
   struct Bad {
     std::function<void(LrScheduleOptions&)> edit;
