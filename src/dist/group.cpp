@@ -118,8 +118,7 @@ Work issue(const Group::Impl& g, const char* op, Launch&& launch, std::function<
 std::pair<at::Tensor, std::function<void()>> staged(const at::Tensor& t) {
   if (t.is_contiguous()) return {t, nullptr};
   at::Tensor buffer = t.contiguous();
-  at::Tensor target = t;
-  return {buffer, [target, buffer]() mutable { target.copy_(buffer); }};
+  return {buffer, [target = t, buffer]() mutable { target.copy_(buffer); }};
 }
 
 // Gloo has no native reduce-scatter: its _reduce_scatter_base clones the input, all-reduces the

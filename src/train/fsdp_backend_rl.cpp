@@ -55,6 +55,7 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
   for (const auto& step : plan) {
     for (const auto& items : step) {
       std::vector<const rl::Sample*> samples;
+      samples.reserve(items.size());
       for (size_t i : items) samples.push_back(local[i]);
       auto mb = pack_micro_batch(samples);
       auto fwd = model.forward(mb.batch, forward_options());
@@ -151,6 +152,7 @@ LossOutput FsdpBackend::policy_loss(const MicroBatch& mb, const std::vector<size
   const auto device = lp.logprobs_T.device();
   auto gather = [&](const std::vector<at::Tensor>& per_sample) {
     std::vector<at::Tensor> parts;
+    parts.reserve(items.size());
     for (size_t i : items) parts.push_back(per_sample[i]);
     return rl::concat_tokens(parts).to(device);
   };
