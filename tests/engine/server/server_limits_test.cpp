@@ -14,6 +14,7 @@
 #include "engine/server/client.h"
 #include "engine/server/server.h"
 #include "scripted_backend.h"
+#include "served.h"
 
 namespace furlong::engine::server {
 namespace {
@@ -21,35 +22,10 @@ namespace {
 using namespace std::chrono_literals;
 using furlong::engine::server::testing::ScriptedBackend;
 
-constexpr int64_t kContext = 100000;
-
-struct Served {
-  explicit Served(ServerOptions options = {})
-      : backend(std::make_shared<ScriptedBackend>(furlong::testing::tokenizer_dir("qwen3"),
-                                                  kContext, 2ms)) {
-    options.port = 0;
-    server = std::make_unique<EngineServer>(backend, options);
-    server->start();
-    ClientOptions client_options;
-    client_options.read_timeout_s = 20;  // a hang fails the test instead of stalling it
-    client = std::make_unique<EngineClient>(server->url(), client_options);
-  }
-  std::shared_ptr<ScriptedBackend> backend;
-  std::unique_ptr<EngineServer> server;
-  std::unique_ptr<EngineClient> client;
-};
-
-Json sampling(int64_t max_new_tokens) {
-  return Json{{"max_new_tokens", max_new_tokens}, {"temperature", 0.0}};
-}
-
-void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!cond()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "condition not reached in time";
-    std::this_thread::sleep_for(5ms);
-  }
-}
+using testing::kContext;
+using testing::sampling;
+using testing::Served;
+using testing::wait_until;
 
 // The error message of a request that must fail with `status`.
 std::string error_message(const EngineClient& c, const std::string& path, const std::string& body,

@@ -13,6 +13,7 @@
 #include "engine/server/client.h"
 #include "engine/server/server.h"
 #include "scripted_backend.h"
+#include "served.h"
 
 namespace furlong::engine::server {
 namespace {
@@ -21,36 +22,11 @@ using namespace std::chrono_literals;
 using furlong::engine::server::testing::scripted_output;
 using furlong::engine::server::testing::ScriptedBackend;
 
-constexpr int64_t kContext = 100000;
-
-std::shared_ptr<ScriptedBackend> make_backend() {
-  return std::make_shared<ScriptedBackend>(furlong::testing::tokenizer_dir("qwen3"), kContext, 2ms);
-}
-
-// A server on a free loopback port around a fresh scripted backend.
-struct Served {
-  explicit Served(ServerOptions options = {}) : backend(make_backend()) {
-    options.port = 0;
-    server = std::make_unique<EngineServer>(backend, options);
-    server->start();
-    client = std::make_unique<EngineClient>(server->url(), ClientOptions{options.api_key});
-  }
-  std::shared_ptr<ScriptedBackend> backend;
-  std::unique_ptr<EngineServer> server;
-  std::unique_ptr<EngineClient> client;
-};
-
-Json sampling(int64_t max_new_tokens) {
-  return Json{{"max_new_tokens", max_new_tokens}, {"temperature", 0.0}};
-}
-
-void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!cond()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "condition not reached in time";
-    std::this_thread::sleep_for(5ms);
-  }
-}
+using testing::kContext;
+using testing::make_backend;
+using testing::sampling;
+using testing::Served;
+using testing::wait_until;
 
 // The {"error": {...}} body of a failed request; a test failure if it did not fail with
 // `status`.
