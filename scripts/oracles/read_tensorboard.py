@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Oracle for furlong's TensorBoard writer (src/core/tensorboard.cpp): reads a log directory
+"""Oracle for furlong's TensorBoard writer (src/metrics/tensorboard.cpp): reads a log directory
 with TensorBoard's own reader and dumps what it understood.
 
 Usage: read_tensorboard.py LOG_DIR OUT_JSON

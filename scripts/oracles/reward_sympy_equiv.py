@@ -1,4 +1,4 @@
-"""Oracle for furlong's numeric answer equivalence (src/rollout/math_expr.cpp).
+"""Oracle for furlong's numeric answer equivalence (src/reward/math_expr.cpp).
 
 Usage: reward_sympy_equiv.py <pairs.json> <out.json>
 
