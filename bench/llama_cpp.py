@@ -133,8 +133,9 @@ def ensure_gguf(model_dir, name, outtype):
 
 
 def run_measured(cmd, env, timeout, what):
-    """Runs cmd with a wall-clock limit; returns (stdout, stderr, peak RSS in GB of that process from
-    wait4). Fails with the command and the end of its output when it fails or times out."""
+    """Runs cmd with a wall-clock limit; returns (stdout, stderr, peak RSS in GB of that
+    process, from wait4). Fails with the command and the end of its output when it fails or
+    times out."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         deadline = time.monotonic() + timeout
@@ -160,8 +161,9 @@ def run_measured(cmd, env, timeout, what):
 
 def run(gguf, prompt_len, max_new, batches, threads, timeout):
     """llama-batched-bench for every batch size in one process (model loaded once, one
-    warm-up decode; random prompt tokens, prompts not shared). Returns ({batch: row}, cmd) with output_tokens_per_s = B*TG / T (prefill +
-    decode, model load excluded), the same figure the other peers report."""
+    warm-up decode; random prompt tokens, prompts not shared). Returns ({batch: row}, cmd)
+    with output_tokens_per_s = B*TG / T (prefill + decode, model load excluded), the same
+    figure the other peers report."""
     n_ctx = max(batches) * (prompt_len + max_new)
     n_batch = max(512, max(batches) * prompt_len)
     cmd = [str(ensure_binary()), "-m", str(gguf), "-c", str(n_ctx), "-b", str(n_batch),
