@@ -5,12 +5,11 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/skinny_linear.h"
 #include "models/layers.h"
 
 namespace furlong::engine {
 namespace {
-
-constexpr int64_t kSmallBatchHeadRows = 16;  // up to this many rows: the W x^T product
 
 // Attention in [B, heads, len, H] layout; mask (optional, bool, true = may attend) broadcasts
 // to [B, N, n, L]. Eager: plain matmul + fp32 softmax (the reference); else SDPA.
@@ -134,6 +133,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
 
   auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
+  ctx.linear_override = kernels::inference_linear;
   const models::AttnImpl impl = options.attn;
   const DecodeBatch decodes(seqs, cu, device);
   ctx.attention_override = [&](int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
@@ -175,18 +175,10 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
 
 at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD) {
   const auto& w = model.weights();
-  auto weight_VD = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
-  // MKL's fp32 GEMM is slow for a few rows against a large [V, D] weight in the x W^T layout
-  // of linear(): at V=152k, D=512 on 2 cores, 2 rows take 30 ms that way and 6 ms as W x^T,
-  // 8 rows 21 ms vs 13 ms (bench notes in docs/engine.md); from ~32 rows on linear() wins.
-  // Both orders give the same values up to summation order (a few ulps); exact log-probs
-  // come from the trainer's own scoring path, not from these logits.
-  const int64_t B = hidden_BD.size(0);
-  if (hidden_BD.is_cpu() && hidden_BD.scalar_type() == at::kFloat && B > 1 &&
-      B <= kSmallBatchHeadRows) {
-    return at::mm(weight_VD, hidden_BD.t()).t().contiguous();
-  }
-  return at::linear(hidden_BD, weight_VD);
+  // The same values as the model's lm_head up to summation order (a few ulps; bound in
+  // kernels/skinny_linear.h): exact log-probs come from the trainer's scoring path.
+  return kernels::inference_linear(
+      hidden_BD, model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]), {});
 }
 
 }  // namespace furlong::engine

@@ -67,6 +67,8 @@ struct ForwardContext {
       std::function<at::Tensor(int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
                                const at::Tensor& v_PKH, double scale)>;
   AttentionFn attention_override;
+  // Optional replacement for at::linear in the blocks (layers.h, LinearFn).
+  LinearFn linear_override;
 };
 
 class CausalLM {

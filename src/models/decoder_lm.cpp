@@ -50,10 +50,11 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   const int64_t H = c.head_dim;
 
   const bool fused = ctx.fused_kernels;
+  const LinearFn& lin = ctx.linear_override;
   auto h_PD = rms_norm(x_PD, p[slots_.input_norm], c.rms_norm_eps, fused);
-  auto q_PNH = at::linear(h_PD, p[slots_.q], opt(slots_.q_bias)).view({P, N, H});
-  auto k_PKH = at::linear(h_PD, p[slots_.k], opt(slots_.k_bias)).view({P, K, H});
-  auto v_PKH = at::linear(h_PD, p[slots_.v], opt(slots_.v_bias)).view({P, K, H});
+  auto q_PNH = apply_linear(lin, h_PD, p[slots_.q], opt(slots_.q_bias)).view({P, N, H});
+  auto k_PKH = apply_linear(lin, h_PD, p[slots_.k], opt(slots_.k_bias)).view({P, K, H});
+  auto v_PKH = apply_linear(lin, h_PD, p[slots_.v], opt(slots_.v_bias)).view({P, K, H});
   if (c.qk_norm) {
     q_PNH = rms_norm(q_PNH, p[slots_.q_norm], c.rms_norm_eps, fused);
     k_PKH = rms_norm(k_PKH, p[slots_.k_norm], c.rms_norm_eps, fused);
@@ -63,12 +64,12 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   double scale = 1.0 / std::sqrt(static_cast<double>(H));
   auto o_PNH = ctx.attention_override ? ctx.attention_override(layer, q_PNH, k_PKH, v_PKH, scale)
                                       : attention(q_PNH, k_PKH, v_PKH, ctx.batch, ctx.attn, scale);
-  auto attn_PD = at::linear(o_PNH.reshape({P, N * H}), p[slots_.o], opt(slots_.o_bias));
+  auto attn_PD = apply_linear(lin, o_PNH.reshape({P, N * H}), p[slots_.o], opt(slots_.o_bias));
   auto x1_PD = x_PD + attn_PD;
 
   auto h2_PD = rms_norm(x1_PD, p[slots_.post_norm], c.rms_norm_eps, fused);
   auto mlp_PD = swiglu_mlp(h2_PD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
-                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias), fused);
+                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias), fused, lin);
   return x1_PD + mlp_PD;
 }
 

@@ -195,13 +195,18 @@ at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at:
   return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
 }
 
+at::Tensor apply_linear(const LinearFn& linear, const at::Tensor& x, const at::Tensor& w,
+                        const at::Tensor& b) {
+  return linear ? linear(x, w, b) : at::linear(x, w, b);
+}
+
 at::Tensor swiglu_mlp(const at::Tensor& x_PD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
-                      const at::Tensor& down_b, bool fused) {
-  auto gate = at::linear(x_PD, gate_FD, gate_b);
-  auto up = at::linear(x_PD, up_FD, up_b);
+                      const at::Tensor& down_b, bool fused, const LinearFn& linear) {
+  auto gate = apply_linear(linear, x_PD, gate_FD, gate_b);
+  auto up = apply_linear(linear, x_PD, up_FD, up_b);
   auto hidden = fused && kernels::supported(gate) ? kernels::swiglu(gate, up) : at::silu(gate) * up;
-  return at::linear(hidden, down_DF, down_b);
+  return apply_linear(linear, hidden, down_DF, down_b);
 }
 
 }  // namespace furlong::models

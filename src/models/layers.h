@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -48,9 +49,16 @@ at::Tensor apply_rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const a
 at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at::Tensor& v_PKH,
                      const PackedBatch& batch, AttnImpl impl, double scale);
 
+// y = x W^T + b (b may be undefined). Unset: at::linear, the trainer's GEMM; the rollout engine
+// substitutes its inference GEMM (kernels::inference_linear).
+using LinearFn =
+    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)>;
+at::Tensor apply_linear(const LinearFn& linear, const at::Tensor& x, const at::Tensor& w,
+                        const at::Tensor& b);
+
 // down(silu(gate(x)) * up(x)); biases may be undefined.
 at::Tensor swiglu_mlp(const at::Tensor& x_PD, const at::Tensor& gate_FD, const at::Tensor& gate_b,
                       const at::Tensor& up_FD, const at::Tensor& up_b, const at::Tensor& down_DF,
-                      const at::Tensor& down_b, bool fused = true);
+                      const at::Tensor& down_b, bool fused = true, const LinearFn& linear = {});
 
 }  // namespace furlong::models

@@ -1,0 +1,42 @@
+// y = x W^T (+ b) for a few input rows against a large weight: the decode steps of the rollout
+// engine, where a batch of B sequences multiplies [B, D] by every [F, D] weight of the model.
+// MKL's sgemm re-packs the whole weight on every call in this layout, so at B = 1..16 it reads
+// and writes the weight several times; this kernel streams each weight row from memory once
+// (a 4-row tile stays in L1 while every input row passes over it) and accumulates in fp32.
+//
+// Weights may be fp32 or bf16 (bf16 widens to fp32 exactly, so bf16 weights cost half the
+// bandwidth); inputs fp32 or bf16 (widened once). The result has the input's dtype: bf16
+// outputs are fp32 sums rounded once, as oneDNN's bf16 GEMM does. Summation order: 8 strided
+// lane sums over d, then a fixed pairwise sum of the lanes; the error of each output is within
+// the deterministic bound gamma_D * sum_d |x_d w_d| for D terms (any order satisfies it).
+//
+// Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace furlong::kernels {
+
+// CPU, 2-D, matching D, fp32/bf16, contiguous weight, no autograd (inference only).
+bool skinny_linear_supported(const at::Tensor& x_MD, const at::Tensor& w_FD);
+
+// [M, F] in x's dtype; b_F may be undefined.
+at::Tensor skinny_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
+
+}  // namespace furlong::kernels
+
+namespace furlong::kernels {
+
+// The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
+// decode shapes (Qwen3-0.6B, 2 threads; SkinnyLinear.DISABLED_ReportThroughput prints them):
+// - a vocabulary-sized weight (>= 32768 rows) and up to 16 input rows: skinny_linear (the lm_head
+//   at 8 rows: 73 ms against ATen's 156 ms);
+// - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
+//   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms). oneDNN re-lays-out the weight on
+//   each call, which at a 622 MB head costs seconds, hence the size limit; ATen's linear when
+//   this libtorch has no mkldnn ops;
+// - larger fp32 weights (a head at more than 16 rows): oneDNN over slabs of 4096 rows;
+// - everything else (bf16, CUDA): at::linear.
+at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
+
+}  // namespace furlong::kernels

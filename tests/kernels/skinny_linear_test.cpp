@@ -1,0 +1,117 @@
+// The engine's inference GEMM (kernels/skinny_linear.h) against an fp64 reference, with the
+// worst-case bound of a D-term fp32 dot product: |y - y_ref| <= gamma_D * sum_d |x_d w_d|
+// (Higham, 3.1; any summation order), plus one bf16 rounding of the output for bf16 inputs.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "common/tolerances.h"
+#include "kernels/skinny_linear.h"
+
+namespace furlong::kernels {
+namespace {
+
+namespace tol = testing::tol;
+
+// Largest (|y - ref| - bound) over the outputs: <= 0 when every output is within its bound.
+double excess_over_bound(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w,
+                         const at::Tensor& b, bool bf16_output) {
+  auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
+  auto ref = at::mm(x64, w64.t());
+  if (b.defined()) ref = ref + b.to(at::kDouble);
+  const double D = static_cast<double>(x.size(1));
+  auto bound = tol::gamma(D + 1, tol::kUFp32) * at::mm(x64.abs(), w64.abs().t());
+  if (b.defined()) bound = bound + tol::kUFp32 * b.to(at::kDouble).abs();
+  if (bf16_output) bound = bound + (ref.abs() + bound) * tol::kUBf16;
+  return ((y.to(at::kDouble) - ref).abs() - bound).max().item<double>();
+}
+
+TEST(SkinnyLinear, MatchesFloat64WithinTheDotProductBound) {
+  c10::InferenceMode guard;
+  at::manual_seed(3);
+  // Odd sizes exercise every tile remainder: rows % 2, weight rows % 4 and D % 8.
+  for (int64_t M : {1, 2, 3, 8, 16}) {
+    for (auto [F, D] : {std::pair<int64_t, int64_t>{37, 1029}, {256, 64}, {3072, 1024}}) {
+      auto x = at::randn({M, D}), w = at::randn({F, D}), b = at::randn({F});
+      EXPECT_LE(excess_over_bound(skinny_linear(x, w, {}), x, w, {}, false), 0.0)
+          << M << "x" << D << " . " << F;
+      EXPECT_LE(excess_over_bound(skinny_linear(x, w, b), x, w, b, false), 0.0);
+      // bf16 weights are widened exactly: the bound is that of their fp32 values.
+      auto wb = w.to(at::kBFloat16);
+      EXPECT_LE(excess_over_bound(skinny_linear(x, wb, {}), x, wb, {}, false), 0.0);
+      auto xb = x.to(at::kBFloat16);
+      auto yb = skinny_linear(xb, wb, {});
+      EXPECT_EQ(yb.scalar_type(), at::kBFloat16);
+      EXPECT_LE(excess_over_bound(yb, xb, wb, {}, true), 0.0);
+    }
+  }
+}
+
+TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
+  c10::InferenceMode guard;
+  at::manual_seed(4);
+  auto w = at::randn({512, 256}), b = at::randn({512});
+  auto head_w = at::randn({40000, 32}), head_b = at::randn({40000});
+  for (int64_t M : {1, 16, 17, 64}) {  // head: skinny up to 16 rows, then ATen; else oneDNN
+    auto x = at::randn({M, 256});
+    EXPECT_LE(excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0) << M;
+    auto xh = at::randn({M, 32});
+    EXPECT_LE(excess_over_bound(inference_linear(xh, head_w, head_b), xh, head_w, head_b, false),
+              0.0)
+        << M;
+  }
+  // A non-contiguous input view is fine on every path.
+  auto x = at::randn({64, 512}).narrow(1, 0, 256);
+  EXPECT_LE(excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0);
+  EXPECT_LE(
+      excess_over_bound(inference_linear(x.narrow(0, 0, 4), w, b), x.narrow(0, 0, 4), w, b, false),
+      0.0);
+}
+
+TEST(SkinnyLinear, RejectsWhatItCannotCompute) {
+  EXPECT_FALSE(skinny_linear_supported(at::randn({2, 8}), at::randn({4, 9})));
+  EXPECT_FALSE(skinny_linear_supported(at::randn({2, 8}), at::randn({8, 4}).t()));
+  EXPECT_FALSE(skinny_linear_supported(at::randn({2, 8}).to(at::kDouble), at::randn({4, 8})));
+  EXPECT_FALSE(skinny_linear_supported(at::randn({2, 8}), at::randn({4, 8}).requires_grad_()));
+}
+
+// Not a timed assertion: prints ms per product at decode shapes for the record. A weight set
+// larger than the caches (28 x [3072, 1024]) so every call streams from memory, as in a model.
+TEST(SkinnyLinear, DISABLED_ReportThroughput) {
+  c10::InferenceMode guard;
+  std::vector<at::Tensor> ws;
+  for (int i = 0; i < 28; ++i) ws.push_back(at::randn({3072, 1024}));
+  auto time = [&](const std::function<void(const at::Tensor&)>& fn) {
+    for (size_t i = 0; i < 2; ++i) fn(ws[i % ws.size()]);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 3; ++r)
+      for (const auto& w : ws) fn(w);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+           (3.0 * static_cast<double>(ws.size()));
+  };
+  for (int64_t M : {1, 2, 4, 8, 16, 32, 64}) {
+    auto x = at::randn({M, 1024});
+    double sk = time([&](const at::Tensor& w) { skinny_linear(x, w, {}); });
+    double inf = time([&](const at::Tensor& w) { inference_linear(x, w, {}); });
+    double aten = time([&](const at::Tensor& w) { at::linear(x, w); });
+    std::printf("M=%3ld skinny %.3f ms (%.1f GB/s)  onednn %.3f ms  aten %.3f ms\n", M, sk * 1e3,
+                3072 * 1024 * 4 / sk / 1e9, inf * 1e3, aten * 1e3);
+  }
+  // The lm_head of a Qwen3-0.6B shape: [151936, 1024], 622 MB in fp32.
+  ws.assign(1, at::randn({151936, 1024}));
+  for (int64_t M : {1, 2, 8, 32, 64}) {
+    auto x = at::randn({M, 1024});
+    double sk = time([&](const at::Tensor& w) { skinny_linear(x, w, {}); });
+    double inf = time([&](const at::Tensor& w) { inference_linear(x, w, {}); }) * 28;
+    double aten = time([&](const at::Tensor& w) { at::linear(x, w); });
+    std::printf("head M=%3ld skinny %.1f ms  onednn %.1f ms  aten %.1f ms\n", M, sk * 1e3,
+                inf * 1e3, aten * 1e3);
+  }
+}
+
+}  // namespace
+}  // namespace furlong::kernels
