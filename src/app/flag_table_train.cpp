@@ -43,8 +43,9 @@ void add_parallel_flags(config::FlagSet& f, train::ParallelOptions& p, train::Pr
         "free each block's gathered parameters after its forward (re-gather for backward)");
   f.add("fp16", &q.fp16, "compute in fp16 instead of bf16 (no loss scaling, as miles)");
   f.add("compute-dtype", &q.compute_dtype,
-        "compute dtype: bfloat16, float16 or float32 (exact-parity runs); --fp16 wins")
-      .choices = {"bfloat16", "float16", "float32"};
+        "compute dtype: auto (bfloat16 where the hardware computes it natively, else float32), "
+        "bfloat16, float16 or float32; --fp16 wins")
+      .choices = {"auto", "bfloat16", "float16", "float32"};
   f.add("keep-fp32-master", &q.keep_fp32_master,
         "keep fp32 master weights and optimizer state (else the checkpoint's dtype)");
   f.add("fsdp-cpu-offload", &q.fsdp_cpu_offload,
@@ -157,7 +158,11 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
   f.add("rollout-engine-urls", &r.rollout_engine_urls,
         "disaggregated: already running `furlong serve` engines (http://host:port)");
   f.add("engine-max-total-tokens", &r.engine_max_total_tokens,
-        "KV-cache capacity of each engine in tokens");
+        "KV-cache capacity of each engine in tokens (0 = sized from "
+        "--engine-mem-fraction-static)");
+  f.add("engine-mem-fraction-static", &r.engine_mem_fraction_static,
+        "each engine's --mem-fraction-static: share of memory for weights + KV cache (0 = 0.7 "
+        "on CPU, 0.85 on CUDA)");
   f.add("engine-num-threads", &r.engine_num_threads,
         "CPU threads of each engine server (0 = default)");
   f.add("engine-exact-logprobs", &r.engine_exact_logprobs,

@@ -1,6 +1,7 @@
 // dtype names as users and HF files spell them.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <string>
@@ -13,5 +14,23 @@ namespace furlong {
 c10::ScalarType parse_dtype(std::string_view name, const std::string& where);
 // The HF config.json spelling: "float32", "bfloat16", "float16".
 std::string dtype_name(c10::ScalarType dtype);
+
+// Whether `device` computes bf16 natively: CUDA, or a CPU with AVX512-BF16 or AMX-BF16 (from
+// /proc/cpuinfo) whose ATen kernels are not capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2 or
+// default stands for a CPU without them). Without it, ATen/oneDNN emulate bf16 GEMMs, about
+// 4x slower than fp32 on an AVX2 CPU.
+bool has_native_bf16(const c10::Device& device);
+
+// The compute dtype that "auto" means, the same rule for the trainer and the engine:
+// `preferred` (the checkpoint's dtype for the engine, bfloat16 for the trainer) when the
+// device computes it natively, else float32 (fp32 arithmetic; bf16 weights widen exactly).
+// fp16 is native only on CUDA. `reason` gets a one-line explanation for the log.
+c10::ScalarType resolve_auto_dtype(c10::ScalarType preferred, const c10::Device& device,
+                                   std::string* reason = nullptr);
+
+// parse_dtype, plus "auto" (resolve_auto_dtype of `preferred`). `where` names the flag.
+c10::ScalarType parse_compute_dtype(std::string_view name, c10::ScalarType preferred,
+                                    const c10::Device& device, const std::string& where,
+                                    std::string* reason = nullptr);
 
 }  // namespace furlong

@@ -173,6 +173,12 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
   auto model = create_model(config, (dir / "config.json").string());
   auto weights = io::HfWeights::open(dir);
   auto dtype = options.dtype.value_or(model->config().dtype);
+  if (options.auto_dtype) {
+    std::string reason;
+    dtype = resolve_auto_dtype(model->config().dtype, options.device, &reason);
+    LOG_INFO(dir.string(), ": checkpoint dtype ", dtype_name(model->config().dtype),
+             ", compute dtype ", reason);
+  }
   check_memory_for_weights(*model, dtype, options.device, (dir / "config.json").string());
   model->materialize(at::TensorOptions().dtype(dtype).device(options.device));
   load_weights(*model, weights, dir);

@@ -33,6 +33,9 @@ void check_memory_for_weights(const CausalLM& model, c10::ScalarType dtype, c10:
 struct LoadOptions {
   // Parameter dtype; default: the checkpoint's torch_dtype.
   std::optional<c10::ScalarType> dtype;
+  // Instead of `dtype`: core/dtype.h's resolve_auto_dtype of the checkpoint's torch_dtype (fp32
+  // where `device` has no native bf16), logged at info level.
+  bool auto_dtype = false;
   c10::Device device = c10::kCPU;
 };
 

@@ -23,9 +23,15 @@
 namespace furlong::train {
 namespace {
 
-c10::ScalarType compute_dtype(const PrecisionOptions& p) {
+// "auto" is bf16 where the device computes it natively, else fp32 (core/dtype.h), the rule
+// the engine applies to the checkpoint's dtype.
+c10::ScalarType compute_dtype(const PrecisionOptions& p, const c10::Device& device) {
   if (p.fp16) return c10::kHalf;
-  return parse_dtype(p.compute_dtype, "--compute-dtype");
+  std::string reason;
+  auto dtype =
+      parse_compute_dtype(p.compute_dtype, c10::kBFloat16, device, "--compute-dtype", &reason);
+  LOG_INFO("trainer compute dtype: ", reason);
+  return dtype;
 }
 
 optim::LrScheduleOptions lr_schedule_options(const OptimizerOptions& o) {
@@ -61,7 +67,7 @@ int64_t FsdpBackend::init() {
   const auto& hf = options_.model.hf_checkpoint;
   auto model = models::create_model(models::read_hf_config(hf), hf + "/config.json");
   fsdp::FsdpOptions fsdp_options{
-      .param_dtype = compute_dtype(options_.precision),
+      .param_dtype = compute_dtype(options_.precision, groups_->device()),
       .reduce_dtype = c10::kFloat,
       .keep_fp32_master = options_.precision.keep_fp32_master,
       .reshard_after_forward = options_.parallel.fsdp_reshard_after_forward,

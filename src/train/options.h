@@ -47,7 +47,7 @@ struct ParallelOptions {
 struct PrecisionOptions {
   bool fp16 = false;  // miles' switch: compute in fp16 instead of bf16
   // furlong: bfloat16 (default), float16, or float32 (exact-parity runs); --fp16 wins.
-  std::string compute_dtype = "bfloat16";
+  std::string compute_dtype = "auto";  // bf16 where native, else fp32 (core/dtype.h)
   bool keep_fp32_master = true;
   bool fsdp_cpu_offload = false;
 };
@@ -122,7 +122,8 @@ struct RolloutOptions {
   bool colocate = false;
   int64_t rollout_num_engines = 1;
   std::vector<std::string> rollout_engine_urls;
-  int64_t engine_max_total_tokens = 65536;
+  int64_t engine_max_total_tokens = 0;   // 0 = sized from engine_mem_fraction_static
+  double engine_mem_fraction_static = 0;  // 0 = the engine default (0.7 CPU, 0.85 CUDA)
   int64_t engine_num_threads = 0;
   double engine_startup_timeout = 300.0;  // seconds an engine server may take to be healthy
   // seconds one request to an engine server may go unanswered (0 = no bound)
