@@ -182,30 +182,25 @@ at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
 
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
   constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kOneDnnMaxWeight = int64_t{1} << 25;
-  constexpr int64_t kHeadChunkRows = 4096;
   if (x_MD.dim() == 2 && x_MD.size(0) <= kSkinnyMaxRows && w_FD.dim() == 2 &&
       w_FD.size(0) >= kHeadMinRows && skinny_linear_supported(x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
   }
+  const bool cpu_fp32 = x_MD.is_cpu() && x_MD.dim() == 2 && w_FD.dim() == 2 &&
+                        x_MD.scalar_type() == at::kFloat && w_FD.scalar_type() == at::kFloat;
+  if (!cpu_fp32) return at::linear(x_MD, w_FD, b_F);
+  if (w_FD.numel() > kOneDnnMaxWeight) {
+    // A vocabulary-sized weight as MKL's A operand, W x^T, which MKL blocks as it streams it
+    // (1.1-1.4x faster than x W^T at 16-128 rows), then transposed back.
+    auto y_MF = at::mm(w_FD, x_MD.t()).t().contiguous();
+    return b_F.defined() ? y_MF.add_(b_F) : y_MF;
+  }
   const c10::OperatorHandle* op = nullptr;
-  if (x_MD.is_cpu() && x_MD.dim() == 2 && w_FD.dim() == 2 && x_MD.scalar_type() == at::kFloat &&
-      w_FD.scalar_type() == at::kFloat && at::globalContext().userEnabledMkldnn() &&
-      !at::GradMode::is_enabled()) {
+  if (at::globalContext().userEnabledMkldnn() && !at::GradMode::is_enabled()) {
     op = onednn_linear_op();
   }
   if (op == nullptr) return at::linear(x_MD, w_FD, b_F);
-  const auto x = x_MD.contiguous();
-  if (w_FD.numel() <= kOneDnnMaxWeight) return onednn_linear(*op, x, w_FD.contiguous(), b_F);
-  // A vocabulary-sized weight in slabs of rows that oneDNN re-lays-out cheaply (each slab is
-  // read from memory once, as a whole-weight call would, but its copy stays in cache).
-  const int64_t F = w_FD.size(0);
-  auto y_MF = at::empty({x.size(0), F}, x.options());
-  for (int64_t f0 = 0; f0 < F; f0 += kHeadChunkRows) {
-    const int64_t rows = std::min(kHeadChunkRows, F - f0);
-    auto b = b_F.defined() ? b_F.narrow(0, f0, rows) : at::Tensor();
-    y_MF.narrow(1, f0, rows).copy_(onednn_linear(*op, x, w_FD.narrow(0, f0, rows), b));
-  }
-  return y_MF;
+  return onednn_linear(*op, x_MD.contiguous(), w_FD.contiguous(), b_F);
 }
 
 }  // namespace furlong::kernels
