@@ -477,12 +477,42 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
     auto hidden_BD = paged_forward(*model, *cache, steps, forward);
     auto logits_BV = lm_head_logits(*model, hidden_BD);
     auto logits32_BV = logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
+    // Penalized rows are changed on a copy (logits32_BV may alias logits_BV); without
+    // penalties nothing below differs from plain sampling.
+    const bool any_penalized = std::any_of(seqs.begin(), seqs.end(),
+                                           [](const auto& s) { return s->sampling.penalized(); });
+    if (any_penalized) logits32_BV = logits32_BV.clone();
     std::vector<int64_t> chosen(seqs.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
-      chosen[i] =
-          sample_token(logits32_BV[static_cast<int64_t>(i)], seqs[i]->sampling, seqs[i]->rng);
+      const auto& s = *seqs[i];
+      auto row_V = logits32_BV[static_cast<int64_t>(i)];
+      std::vector<int64_t> stop_ids = eos_ids;
+      if (s.sampling.min_new_tokens > 0)
+        stop_ids.insert(stop_ids.end(), s.sampling.stop_token_ids.begin(),
+                        s.sampling.stop_token_ids.end());
+      apply_penalties(row_V, s.sampling, s.generated_counts,
+                      static_cast<int64_t>(s.out.output_ids.size()), stop_ids);
+      chosen[i] = sample_token(row_V, s.sampling, seqs[i]->rng);
     }
-    return {chosen, step_logprobs(seqs, logits_BV, chosen)};
+    auto logprobs = step_logprobs(seqs, logits_BV, chosen);
+    // Penalized rows report the distribution they were drawn from (SGLang's convention).
+    std::vector<TopLogprobs> tops(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto& p = seqs[i]->sampling;
+      const auto row = static_cast<int64_t>(i);
+      if (p.penalized()) {
+        logprobs[i] = models::logprobs_from_logits(logits32_BV.narrow(0, row, 1),
+                                                   at::tensor({chosen[i]}, at::kLong),
+                                                   p.temperature == 0.0 ? 1.0 : p.temperature)
+                          .item<float>();
+      }
+      if (p.top_logprobs_num > 0) {
+        tops[i] = top_logprobs(p.penalized() ? logits32_BV[row] : logits_BV[row], p.temperature,
+                               p.top_logprobs_num);
+      }
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pending_top = std::move(tops[i]);
+    return {chosen, logprobs};
   } catch (...) {
     // A retry must draw the same tokens: give every sequence its generator back.
     for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->rng = rngs_before[i];
@@ -584,6 +614,10 @@ void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
   s.tokens.push_back(token);
   s.out.output_ids.push_back(token);
   s.out.output_logprobs.push_back(logprob);
+  if (s.sampling.top_logprobs_num > 0)
+    s.out.output_top_logprobs.push_back(std::move(s.pending_top));
+  s.pending_top.clear();
+  if (s.sampling.penalized()) ++s.generated_counts[token];
   s.out.weight_version = weight_version;
   if (s.on_tokens) s.on_tokens(s.id, {token}, {logprob});
   const auto& p = s.sampling;

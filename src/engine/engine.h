@@ -47,7 +47,21 @@ struct SamplingParams {
   // Text-output options (SGLang's): they change the decoded text, never the ids.
   bool skip_special_tokens = true;  // drop special tokens from decoded text
   bool no_stop_trim = false;        // keep a matched stop string at the end of the text
+  // SGLang's penalties, applied to the logits before temperature and sampling (all off by
+  // default; off leaves tokens and log-probs bit-identical). Counts are over generated tokens.
+  double frequency_penalty = 0.0;   // [-2, 2]: logit -= frequency_penalty * count(token)
+  double presence_penalty = 0.0;    // [-2, 2]: logit -= presence_penalty * (count(token) > 0)
+  double repetition_penalty = 1.0;  // (0, 2]: seen logit < 0 ? logit * p : logit / p
+  int64_t min_new_tokens = 0;       // [0, max_new_tokens]: eos / stop ids masked until reached
+  int64_t top_logprobs_num = 0;     // >= 0: top alternatives reported per output token
+  bool penalized() const {
+    return frequency_penalty != 0.0 || presence_penalty != 0.0 || repetition_penalty != 1.0 ||
+           min_new_tokens > 0;
+  }
 };
+
+// The most likely tokens of one position, best first: (token id, log-prob).
+using TopLogprobs = std::vector<std::pair<int64_t, float>>;
 
 // Strict parse of SGLang-style sampling_params JSON (temperature, top_p, top_k, min_p,
 // max_new_tokens, stop, stop_token_ids, ignore_eos, seed (alias sampling_seed),
@@ -71,6 +85,9 @@ struct GenerateRequest {
 struct GenerateOutput {
   std::vector<int64_t> output_ids;     // generated tokens (a matched stop token included)
   std::vector<float> output_logprobs;  // one per output id (see above)
+  // With SamplingParams::top_logprobs_num > 0: one entry per output id, from the same
+  // distribution as output_logprobs (empty otherwise).
+  std::vector<TopLogprobs> output_top_logprobs;
   FinishReason finish_reason = FinishReason::kLength;
   std::optional<int64_t> matched_stop_token;
   std::string matched_stop_string;  // when a stop string ended generation
@@ -172,7 +189,25 @@ class Engine {
   void init_weights_update_group(const WeightGroupSpec& spec);
   void update_weights_from_distributed(const std::vector<WeightMeta>& metas, int64_t version);
   void destroy_weights_update_group();
+  // Loads the safetensors weights of a HF directory (same architecture and shapes) into the
+  // model. Everything is read and checked before any weight changes: a bad path, another
+  // architecture or a shape mismatch raises furlong::Error and leaves the served weights as
+  // they were. Sets weight_version to `version` when >= 0.
+  void update_weights_from_disk(const std::string& hf_dir, int64_t version = -1);
+  // Copies into the model only those of `named` whose weights are released and not refilled
+  // since (the host copy a server kept across release/resume); the others are left alone.
+  void refill_released_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
   int64_t weight_version() const;
+  // Log-probs of a prompt's own tokens under the current weights, at temperature T (0 = 1),
+  // as output_logprobs are: logprobs[i] is token i's given tokens 0..i-1, for i in
+  // [start, size) with start >= 1; top[i - start] holds the top_n alternatives when top_n > 0.
+  // Runs one full-sequence forward with the scheduler held between steps.
+  struct PromptLogprobs {
+    std::vector<float> logprobs;
+    std::vector<TopLogprobs> top;
+  };
+  PromptLogprobs prompt_logprobs(const std::vector<int64_t>& input_ids, double temperature,
+                                 int64_t start, int64_t top_n) const;
   // Digest of every parameter's bytes in the engine dtype, in HF-name order (core/digest.h),
   // equal to what the trainer computes over the weights it sent.
   std::string weights_digest() const;

@@ -5,13 +5,20 @@
 // callers that need a clean cut abort or drain first).
 #include <ATen/ATen.h>
 
+#include <filesystem>
+
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/host_block_cache.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
+#include "engine/paged_forward.h"
+#include "engine/sampler.h"
 #include "engine/weight_sync.h"
+#include "models/hf_model.h"
+#include "models/logprobs.h"
+#include "models/packed_batch.h"
 
 namespace furlong::engine {
 
@@ -93,6 +100,85 @@ void Engine::destroy_weights_update_group() {
   impl_->weight_group.reset();
 }
 
+void Engine::update_weights_from_disk(const std::string& hf_dir, int64_t version) {
+  const std::string where = "update_weights_from_disk '" + hf_dir + "'";
+  FURLONG_CHECK(std::filesystem::is_directory(hf_dir), where, ": not a directory");
+  // Read and check everything on the CPU first; the served weights change only at the copy.
+  models::LoadOptions load;
+  load.dtype = impl_->dtype;
+  std::unique_ptr<models::CausalLM> fresh;
+  {
+    c10::InferenceMode guard;
+    fresh = models::load_hf_model(hf_dir, load);
+  }
+  const auto& served = impl_->model->config();
+  FURLONG_CHECK(fresh->config().architecture == served.architecture, where, ": architecture ",
+                fresh->config().architecture, " differs from the served ", served.architecture);
+  auto named = fresh->named_weights();
+  FURLONG_CHECK(static_cast<int64_t>(named.size()) == static_cast<int64_t>([&] {
+                  size_t n = 0;
+                  for (const auto& unit : impl_->model->units()) n += unit.params.size();
+                  return n;
+                }()),
+                where, ": holds ", named.size(),
+                " tensors, which is not the served model's parameter count");
+  impl_->with_scheduler_held([&] {
+    impl_->copy_weights(named);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (version >= 0) impl_->weight_version = version;
+  });
+  LOG_INFO("engine: loaded weights from ", hf_dir, " (weight version ", weight_version(), ")");
+}
+
+void Engine::refill_released_weights(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  impl_->with_scheduler_held([&] {
+    std::vector<std::pair<std::string, at::Tensor>> missing;
+    const auto& weights = impl_->model->weights();
+    for (const auto& [name, t] : named) {
+      auto [u, i] = impl_->model->locate(name);
+      if (!weights[u][i].defined()) missing.emplace_back(name, t);
+    }
+    if (!missing.empty()) impl_->copy_weights(missing);
+  });
+}
+
+Engine::PromptLogprobs Engine::prompt_logprobs(const std::vector<int64_t>& input_ids,
+                                               double temperature, int64_t start,
+                                               int64_t top_n) const {
+  const auto size = static_cast<int64_t>(input_ids.size());
+  FURLONG_CHECK(start >= 1 && start <= size, "prompt_logprobs: start ", start, " is outside [1, ",
+                size, "]");
+  const int64_t vocab = impl_->model->config().vocab_size;
+  for (auto id : input_ids) {
+    FURLONG_CHECK(id >= 0 && id < vocab, "prompt_logprobs: token ", id,
+                  " is outside the vocabulary");
+  }
+  const double t = temperature == 0.0 ? 1.0 : temperature;
+  return impl_->with_scheduler_held([&] {
+    impl_->check_weights_present();
+    PromptLogprobs out;
+    if (start == size) return out;
+    auto& impl = *impl_;
+    auto batch = models::PackedBatch::from_documents({input_ids}).to(impl.device);
+    auto hidden_PD = impl.model->forward_hidden(batch, impl.forward);
+    // Row p - 1 predicts token p; the head runs on bounded chunks (a [P, V] block can be large).
+    constexpr int64_t kChunk = 256;
+    for (int64_t from = start; from < size; from += kChunk) {
+      const int64_t n = std::min(kChunk, size - from);
+      auto logits_RV = lm_head_logits(*impl.model, hidden_PD.narrow(0, from - 1, n));
+      std::vector<int64_t> targets(input_ids.begin() + from, input_ids.begin() + from + n);
+      auto lp =
+          models::logprobs_from_logits(logits_RV, at::tensor(targets, at::kLong).to(impl.device), t)
+              .to(at::kCPU)
+              .contiguous();
+      out.logprobs.insert(out.logprobs.end(), lp.data_ptr<float>(), lp.data_ptr<float>() + n);
+      for (int64_t r = 0; top_n > 0 && r < n; ++r)
+        out.top.push_back(top_logprobs(logits_RV[r], t, top_n));
+    }
+    return out;
+  });
+}
+
 int64_t Engine::weight_version() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->weight_version;
@@ -101,7 +187,14 @@ int64_t Engine::weight_version() const {
 std::string Engine::weights_digest() const {
   return impl_->with_scheduler_held([&] {
     impl_->check_weights_present();
-    return tensors_digest(impl_->model->named_weights());
+    // In the dtype the trainer sends (the checkpoint's): an engine that widened bf16 weights to
+    // fp32 (--dtype auto) holds values exact in bf16, so narrowing them back is exact.
+    const auto wire = impl_->model->config().dtype;
+    auto named = impl_->model->named_weights();
+    if (c10::elementSize(wire) < c10::elementSize(impl_->dtype)) {
+      for (auto& [name, t] : named) t = t.to(wire);
+    }
+    return tensors_digest(named);
   });
 }
 

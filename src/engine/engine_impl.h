@@ -42,6 +42,11 @@ struct Sequence {
   std::string text;                                   // decoded output (only with stop strings)
   size_t max_stop_len = 0;
   std::string error;  // why the engine ended it, when a step failed (finish reason abort)
+  // Generated-token counts, kept only when sampling.penalized() (the penalties read them).
+  std::unordered_map<int64_t, int64_t> generated_counts;
+  // Top log-probs of the token forward_and_sample just drew (top_logprobs_num > 0);
+  // append_token moves them into out.output_top_logprobs.
+  TopLogprobs pending_top;
 };
 
 struct Engine::Impl {

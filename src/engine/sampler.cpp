@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "models/logprobs.h"
 
 namespace furlong::engine {
 
@@ -90,6 +91,47 @@ int64_t sample_token(const at::Tensor& logits_V, const SamplingParams& params,
     if (u < cumulative) return c.ids[i];
   }
   return c.ids.back();  // u within rounding of 1
+}
+
+void apply_penalties(at::Tensor& logits_V, const SamplingParams& params,
+                     const std::unordered_map<int64_t, int64_t>& counts, int64_t generated,
+                     const std::vector<int64_t>& stop_ids) {
+  if (!params.penalized()) return;
+  FURLONG_ASSERT(logits_V.dim() == 1 && logits_V.scalar_type() == at::kFloat &&
+                     logits_V.is_contiguous() && logits_V.device().is_cpu(),
+                 "apply_penalties expects contiguous fp32 CPU logits");
+  float* z = logits_V.data_ptr<float>();
+  const int64_t V = logits_V.size(0);
+  const auto rep = static_cast<float>(params.repetition_penalty);
+  const auto freq = static_cast<float>(params.frequency_penalty);
+  const auto pres = static_cast<float>(params.presence_penalty);
+  for (const auto& [id, count] : counts) {
+    if (id < 0 || id >= V || count <= 0) continue;
+    if (rep != 1.0f) z[id] = z[id] < 0 ? z[id] * rep : z[id] / rep;
+    z[id] -= freq * static_cast<float>(count) + pres;
+  }
+  if (generated < params.min_new_tokens) {
+    for (auto id : stop_ids) {
+      if (id >= 0 && id < V) z[id] = -INFINITY;
+    }
+  }
+}
+
+TopLogprobs top_logprobs(const at::Tensor& logits_V, double temperature, int64_t top_n) {
+  const int64_t n = std::min<int64_t>(top_n, logits_V.size(0));
+  if (n <= 0) return {};
+  auto ids = std::get<1>(logits_V.to(at::kFloat).topk(n));
+  auto rows = logits_V.unsqueeze(0).expand({n, logits_V.size(0)});
+  auto lp = models::logprobs_from_logits(rows, ids, temperature == 0.0 ? 1.0 : temperature)
+                .to(at::kCPU)
+                .contiguous();
+  auto ids_cpu = ids.to(at::kCPU).contiguous();
+  TopLogprobs top;
+  top.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    top.emplace_back(ids_cpu.data_ptr<int64_t>()[i], lp.data_ptr<float>()[i]);
+  }
+  return top;
 }
 
 }  // namespace furlong::engine

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <random>
+#include <unordered_map>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -24,5 +26,19 @@ Candidates sampling_candidates(const at::Tensor& logits_V, const SamplingParams&
 // uniform number from `rng`.
 int64_t sample_token(const at::Tensor& logits_V, const SamplingParams& params,
                      std::mt19937_64& rng);
+
+// SGLang's penalties on one row of fp32 logits, in place, in SGLang's order: repetition
+// (scaling: a seen token's logit < 0 is multiplied by the penalty, else divided), then
+// frequency and presence (subtracted), then min_new_tokens (eos and stop ids set to -inf
+// while fewer than min_new_tokens tokens were generated). `counts` holds each generated
+// token's count; `stop_ids` are the ids min_new_tokens masks. A no-op when
+// !params.penalized().
+void apply_penalties(at::Tensor& logits_V, const SamplingParams& params,
+                     const std::unordered_map<int64_t, int64_t>& counts, int64_t generated,
+                     const std::vector<int64_t>& stop_ids);
+
+// The top_n tokens of one row of logits (any dtype/device, [V]) with their log-probs at
+// temperature T (0 = 1), computed by the same function as the sampled tokens' log-probs.
+TopLogprobs top_logprobs(const at::Tensor& logits_V, double temperature, int64_t top_n);
 
 }  // namespace furlong::engine

@@ -21,7 +21,11 @@ const std::set<std::string>& known_keys() {
                                              "seed",
                                              "sampling_seed",
                                              "skip_special_tokens",
-                                             "no_stop_trim"};
+                                             "no_stop_trim",
+                                             "frequency_penalty",
+                                             "presence_penalty",
+                                             "repetition_penalty",
+                                             "min_new_tokens"};
   return keys;
 }
 
@@ -33,6 +37,24 @@ std::vector<std::string> parse_stop(const Json& value, const std::string& where)
     FURLONG_CHECK(!s.empty(), where, ": field 'stop' must not contain empty strings");
   }
   return stops;
+}
+
+// SGLang's ranges (sampling_params.py verify()); null means the default, as there.
+void parse_penalties(const Json& json, const std::string& where, SamplingParams& p) {
+  auto number = [&](const char* key, double fallback, double lo, double hi, bool open_lo) {
+    double v = fallback;
+    if (auto given = json_get_optional<double>(json, key, where)) v = *given;
+    FURLONG_CHECK((open_lo ? v > lo : v >= lo) && v <= hi, where, ": field '", key, "' must be in ",
+                  open_lo ? "(" : "[", lo, ", ", hi, "], got ", v);
+    return v;
+  };
+  p.frequency_penalty = number("frequency_penalty", 0.0, -2.0, 2.0, false);
+  p.presence_penalty = number("presence_penalty", 0.0, -2.0, 2.0, false);
+  p.repetition_penalty = number("repetition_penalty", 1.0, 0.0, 2.0, true);
+  if (auto m = json_get_optional<int64_t>(json, "min_new_tokens", where)) p.min_new_tokens = *m;
+  FURLONG_CHECK(p.min_new_tokens >= 0 && p.min_new_tokens <= p.max_new_tokens, where,
+                ": field 'min_new_tokens' must be in [0, max_new_tokens (", p.max_new_tokens,
+                ")], got ", p.min_new_tokens);
 }
 
 }  // namespace
@@ -47,6 +69,11 @@ Json sampling_params_json(const SamplingParams& p) {
   if (!p.stop.empty()) j["stop"] = p.stop;
   if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
   if (p.seed) j["sampling_seed"] = *p.seed;
+  // Penalties only when set, so a default request's payload is what it always was.
+  if (p.frequency_penalty != 0.0) j["frequency_penalty"] = p.frequency_penalty;
+  if (p.presence_penalty != 0.0) j["presence_penalty"] = p.presence_penalty;
+  if (p.repetition_penalty != 1.0) j["repetition_penalty"] = p.repetition_penalty;
+  if (p.min_new_tokens != 0) j["min_new_tokens"] = p.min_new_tokens;
   return j;
 }
 
@@ -60,7 +87,8 @@ SamplingParams parse_sampling_params(const Json& json, const std::string& where)
                   truncate_for_message(key),
                   "' (expected one of temperature, top_p, top_k, min_p, max_new_tokens, stop, "
                   "stop_token_ids, ignore_eos, seed, sampling_seed, skip_special_tokens, "
-                  "no_stop_trim)");
+                  "no_stop_trim, frequency_penalty, presence_penalty, repetition_penalty, "
+                  "min_new_tokens)");
   }
   p.temperature = json_get_or<double>(json, "temperature", p.temperature, where);
   FURLONG_CHECK(p.temperature >= 0, where, ": field 'temperature' must be >= 0, got ",
@@ -76,6 +104,7 @@ SamplingParams parse_sampling_params(const Json& json, const std::string& where)
   p.max_new_tokens = json_get_or<int64_t>(json, "max_new_tokens", p.max_new_tokens, where);
   FURLONG_CHECK(p.max_new_tokens >= 0, where, ": field 'max_new_tokens' must be >= 0, got ",
                 p.max_new_tokens);
+  parse_penalties(json, where, p);
   if (json.contains("stop")) p.stop = parse_stop(json["stop"], where);
   p.stop_token_ids =
       json_get_or<std::vector<int64_t>>(json, "stop_token_ids", p.stop_token_ids, where);
