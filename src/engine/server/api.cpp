@@ -2,6 +2,8 @@
 #include "engine/server/api.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,16 +14,6 @@
 
 namespace furlong::engine::server {
 namespace {
-
-// Runs `fn`, turning a furlong::Error (a bad field) into a 400.
-template <typename Fn>
-auto as_bad_request(Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    bad_request(e.what());
-  }
-}
 
 void check_keys(const std::vector<std::string>& keys, std::initializer_list<std::string_view> known,
                 const std::string& where) {
@@ -49,43 +41,6 @@ void require_value(const J& body, const char* field, const T& allowed, const std
   auto it = body.find(field);
   if (it == body.end() || it->is_null()) return;
   if (!(*it == J(allowed))) bad_request(where + ": '" + field + "' " + why);
-}
-
-void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
-                  const ModelLimits& limits, const std::string& where) {
-  if (ids.empty()) bad_request(where + ": the prompt is empty");
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
-      bad_request(where + ": input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
-                  " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
-    }
-  }
-  // Compared without forming prompt + max_new_tokens, which overflows for max_new_tokens near
-  // 2^63 (and would then pass the check).
-  const auto prompt_tokens = static_cast<int64_t>(ids.size());
-  if (prompt_tokens > limits.context_length ||
-      max_new_tokens > limits.context_length - prompt_tokens) {
-    bad_request(where + ": the prompt (" + std::to_string(prompt_tokens) +
-                " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
-                ") exceeds the context length " + std::to_string(limits.context_length));
-  }
-}
-
-// SGLang sampling_params -> engine sampling + text options. Keys only about text rendering are
-// taken out here; the rest goes to the engine's strict parser.
-std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const std::string& where) {
-  if (!json.is_object()) bad_request(where + " must be a JSON object");
-  Json engine_json = json;
-  TextOptions text;
-  as_bad_request([&] {
-    text.skip_special_tokens =
-        json_get_or<bool>(json, "skip_special_tokens", text.skip_special_tokens, where);
-    text.no_stop_trim = json_get_or<bool>(json, "no_stop_trim", text.no_stop_trim, where);
-    json_get_or<bool>(json, "spaces_between_special_tokens", false, where);
-    return 0;
-  });
-  engine_json.erase("spaces_between_special_tokens");
-  return {as_bad_request([&] { return parse_sampling_params(engine_json, where); }), text};
 }
 
 // The prompts of a /generate body as token ids, and whether they came as a batch.
@@ -158,44 +113,82 @@ Json finish_reason_json(const GenerateOutput& output) {
   return nullptr;
 }
 
-// OpenAI's stop: a string or a list of strings.
-Json openai_stop(const Json& value, const std::string& where) {
-  if (value.is_string()) return Json::array({value});
-  as_bad_request([&] { return json_as<std::vector<std::string>>(value, "stop", where); });
-  return value;
-}
-
-template <typename J>
-Json openai_sampling(const J& body, const std::string& where, int64_t default_max_tokens) {
-  Json sampling = Json::object();
-  auto copy = [&](const char* from, const char* to) {
-    auto it = body.find(from);
-    if (it != body.end() && !it->is_null()) sampling[to] = parse_json(it->dump(), where);
-  };
-  copy("temperature", "temperature");
-  copy("top_p", "top_p");
-  copy("top_k", "top_k");
-  copy("min_p", "min_p");
-  copy("seed", "seed");
-  copy("ignore_eos", "ignore_eos");
-  copy("stop_token_ids", "stop_token_ids");
-  copy("skip_special_tokens", "skip_special_tokens");
-  copy("max_tokens", "max_new_tokens");
-  copy("max_completion_tokens", "max_new_tokens");
-  if (!sampling.contains("max_new_tokens")) sampling["max_new_tokens"] = default_max_tokens;
-  auto stop = body.find("stop");
-  if (stop != body.end() && !stop->is_null())
-    sampling["stop"] = openai_stop(parse_json(stop->dump(), where), where);
-  return sampling;
-}
-
-template <typename J>
-void check_openai_common(const J& body, const std::string& where) {
-  require_value(body, "n", 1, where, "must be 1 (one choice per request)");
-  require_value(body, "stream", false, where, "must be false (streaming is not served)");
-}
-
 }  // namespace
+
+void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
+                  const ModelLimits& limits, const std::string& where) {
+  if (ids.empty()) bad_request(where + ": the prompt is empty");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+      bad_request(where + ": input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                  " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+    }
+  }
+  // Compared without forming prompt + max_new_tokens, which overflows for max_new_tokens near
+  // 2^63 (and would then pass the check).
+  const auto prompt_tokens = static_cast<int64_t>(ids.size());
+  if (prompt_tokens > limits.context_length ||
+      max_new_tokens > limits.context_length - prompt_tokens) {
+    bad_request(where + ": the prompt (" + std::to_string(prompt_tokens) +
+                " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
+                ") exceeds the context length " + std::to_string(limits.context_length));
+  }
+}
+
+// SGLang sampling_params -> engine sampling + text options. Keys only about text rendering are
+// taken out here; the rest goes to the engine's strict parser.
+std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const std::string& where) {
+  if (!json.is_object()) bad_request(where + " must be a JSON object");
+  Json engine_json = json;
+  TextOptions text;
+  as_bad_request([&] {
+    text.skip_special_tokens =
+        json_get_or<bool>(json, "skip_special_tokens", text.skip_special_tokens, where);
+    text.no_stop_trim = json_get_or<bool>(json, "no_stop_trim", text.no_stop_trim, where);
+    json_get_or<bool>(json, "spaces_between_special_tokens", false, where);
+    return 0;
+  });
+  engine_json.erase("spaces_between_special_tokens");
+  engine_json.erase("n");  // samples per prompt: the caller expands them
+  return {as_bad_request([&] { return parse_sampling_params(engine_json, where); }), text};
+}
+
+std::string token_text(const tokenizer::Tokenizer& tokenizer, int64_t id) {
+  return tokenizer.decode({id}, /*skip_special_tokens=*/false);
+}
+
+Json weight_version_json(int64_t version) {
+  return version == 0 ? Json("default") : Json(std::to_string(version));
+}
+
+int64_t parse_weight_version(const Json& value, const std::string& field,
+                             const std::string& where) {
+  std::optional<int64_t> version;
+  if (value.is_number_integer() &&
+      !(value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    version = value.get<int64_t>();
+  } else if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    if (s == "default") return 0;
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(s, &used);
+      if (used == s.size() && !s.empty() && s[0] != ' ') version = v;
+    } catch (const std::exception&) {
+    }
+  }
+  if (!version) {
+    bad_request(where + ": '" + field +
+                "' must be \"default\" or a string of digits (furlong counts weight versions as "
+                "integers), got " +
+                json_excerpt(value));
+  }
+  if (*version < 0) {
+    bad_request(where + ": '" + field + "' must be >= 0, got " + std::to_string(*version));
+  }
+  return *version;
+}
 
 void bad_request(const std::string& message) {
   throw ApiError(400, "invalid_request_error", message);
@@ -222,6 +215,42 @@ void check_known_fields(const OrderedJson& body, std::initializer_list<std::stri
   check_keys(keys_of(body), known, where);
 }
 
+namespace {
+
+// n (samples per prompt) from one sampling_params object: SGLang's n >= 1.
+int64_t samples_of(const Json& sampling, const std::string& where) {
+  if (!sampling.is_object() || !sampling.contains("n") || sampling["n"].is_null()) return 1;
+  auto n = as_bad_request([&] { return json_as<int64_t>(sampling["n"], "n", where); });
+  if (n < 1 || n > 1024)
+    bad_request(where + ": field 'n' must be in [1, 1024], got " + std::to_string(n));
+  return n;
+}
+
+// The scalar log-prob options (SGLang also takes per-prompt lists: not served).
+void parse_logprob_options(const Json& body, GenerateCall& call, const std::string& where) {
+  as_bad_request([&] {
+    call.return_logprob = json_get_or<bool>(body, "return_logprob", false, where);
+    call.return_text_in_logprobs = json_get_or<bool>(body, "return_text_in_logprobs", false, where);
+    call.logprob_start_len = json_get_or<int64_t>(body, "logprob_start_len", -1, where);
+    call.top_logprobs_num = json_get_or<int64_t>(body, "top_logprobs_num", 0, where);
+    return 0;
+  });
+  if (call.logprob_start_len < -1) {
+    bad_request(where + ": field 'logprob_start_len' must be -1 or >= 0, got " +
+                std::to_string(call.logprob_start_len));
+  }
+  if (call.top_logprobs_num < 0 || call.top_logprobs_num > 1024) {
+    bad_request(where + ": field 'top_logprobs_num' must be in [0, 1024], got " +
+                std::to_string(call.top_logprobs_num));
+  }
+  if (!call.return_logprob) {
+    call.logprob_start_len = -1;
+    call.top_logprobs_num = 0;
+  }
+}
+
+}  // namespace
+
 GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokenizer,
                             const ModelLimits& limits,
                             const std::function<std::string()>& next_rid) {
@@ -231,17 +260,10 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
                       "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs",
                       "return_routed_experts", "return_indexer_topk"},
                      where);
-  require_value(body, "logprob_start_len", -1, where,
-                "must be -1: only output-token log-probs are served");
-  require_value(body, "top_logprobs_num", 0, where, "must be 0: top log-probs are not served");
   require_value(body, "return_routed_experts", false, where, "is not served (dense models)");
   require_value(body, "return_indexer_topk", false, where, "is not served");
   GenerateCall call;
-  as_bad_request([&] {
-    call.return_logprob = json_get_or<bool>(body, "return_logprob", false, where);
-    call.return_text_in_logprobs = json_get_or<bool>(body, "return_text_in_logprobs", false, where);
-    return 0;
-  });
+  parse_logprob_options(body, call, where);
   as_bad_request([&] { return call.stream = json_get_or<bool>(body, "stream", false, where); });
   auto [prompts, batched] = generate_prompts(body, tokenizer);
   call.batched = batched;
@@ -256,16 +278,28 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::string item_where = batched ? where + " prompt " + std::to_string(i) : where;
-    auto [params, text] = sampling.is_array()
-                              ? parse_sampling(sampling[i], item_where + " sampling_params")
-                              : parse_sampling(sampling, item_where + " sampling_params");
+    const Json& mine = sampling.is_array() ? sampling[i] : sampling;
+    auto [params, text] = parse_sampling(mine, item_where + " sampling_params");
+    const int64_t n = samples_of(mine, item_where + " sampling_params");
+    if (i > 0 && n != call.n) bad_request(where + ": every prompt must ask for the same 'n'");
+    call.n = n;
+    if (call.stream && n > 1) bad_request(where + ": 'stream' serves one sample (n = 1)");
+    params.top_logprobs_num = call.top_logprobs_num;
     check_prompt(prompts[i], params.max_new_tokens, limits, item_where);
-    GenerateItem item;
-    item.request.input_ids = std::move(prompts[i]);
-    item.request.sampling = std::move(params);
-    item.text = text;
-    item.rid = rids[i];
-    call.items.push_back(std::move(item));
+    call.prompt_lengths.push_back(prompts[i].size());
+    for (int64_t j = 0; j < n; ++j) {
+      GenerateItem item;
+      item.request.input_ids = prompts[i];
+      item.request.sampling = params;
+      // n samples with one seed would be n copies: sample j draws with seed + j.
+      if (params.seed && j > 0)
+        item.request.sampling.seed = *params.seed + static_cast<uint64_t>(j);
+      item.text = text;
+      item.rid = n == 1 ? rids[i] : rids[i] + "-" + std::to_string(j);
+      item.prompt_index = i;
+      item.sample_index = static_cast<size_t>(j);
+      call.items.push_back(std::move(item));
+    }
   }
   return call;
 }
@@ -285,6 +319,46 @@ std::string output_text(const GenerateItem& item, const GenerateOutput& output,
   return text;
 }
 
+namespace {
+
+// SGLang's [logprob, token_id, text|null] triplet (logprob null for position 0).
+Json logprob_triplet(const Json& logprob, int64_t id, bool with_text,
+                     const tokenizer::Tokenizer& tokenizer) {
+  return Json::array({logprob, id, with_text ? Json(token_text(tokenizer, id)) : Json(nullptr)});
+}
+
+Json top_list(const TopLogprobs& top, bool with_text, const tokenizer::Tokenizer& tokenizer) {
+  Json list = Json::array();
+  for (const auto& [id, lp] : top) list.push_back(logprob_triplet(lp, id, with_text, tokenizer));
+  return list;
+}
+
+// input_token_logprobs (and input_top_logprobs) of the item's prompt from logprob_start_len on.
+void add_input_logprobs(const GenerateCall& call, const GenerateItem& item,
+                        const tokenizer::Tokenizer& tokenizer, Json& meta) {
+  Json tokens = Json::array(), tops = Json::array();
+  if (call.logprob_start_len >= 0 && item.prompt_index < call.prompt_logprobs.size()) {
+    const auto& ids = item.request.input_ids;
+    const auto& lps = call.prompt_logprobs[item.prompt_index];
+    const auto size = static_cast<int64_t>(ids.size());
+    const bool with_text = call.return_text_in_logprobs;
+    if (call.logprob_start_len == 0) {
+      tokens.push_back(logprob_triplet(nullptr, ids[0], with_text, tokenizer));
+      tops.push_back(nullptr);
+    }
+    const int64_t from = call.prompt_logprob_from(size);
+    for (int64_t p = from; p < size; ++p) {
+      const auto k = static_cast<size_t>(p - from);
+      tokens.push_back(logprob_triplet(lps.logprobs.at(k), ids[p], with_text, tokenizer));
+      if (call.top_logprobs_num > 0) tops.push_back(top_list(lps.top.at(k), with_text, tokenizer));
+    }
+  }
+  meta["input_token_logprobs"] = std::move(tokens);
+  if (call.top_logprobs_num > 0) meta["input_top_logprobs"] = std::move(tops);
+}
+
+}  // namespace
+
 Json generate_response(const GenerateCall& call, const GenerateItem& item,
                        const GenerateOutput& output, const tokenizer::Tokenizer& tokenizer,
                        double latency_s) {
@@ -293,138 +367,24 @@ Json generate_response(const GenerateCall& call, const GenerateItem& item,
                {"prompt_tokens", output.prompt_tokens},
                {"completion_tokens", output.output_ids.size()},
                {"cached_tokens", 0},
-               {"weight_version", output.weight_version},
+               {"weight_version", weight_version_json(output.weight_version)},
                {"e2e_latency", latency_s}};
   if (call.return_logprob) {
-    Json logprobs = Json::array();
+    const bool with_text = call.return_text_in_logprobs;
+    Json logprobs = Json::array(), tops = Json::array();
     for (size_t i = 0; i < output.output_ids.size(); ++i) {
-      Json token_text = nullptr;
-      if (call.return_text_in_logprobs) token_text = tokenizer.decode({output.output_ids[i]});
-      logprobs.push_back(
-          Json::array({output.output_logprobs.at(i), output.output_ids[i], token_text}));
+      logprobs.push_back(logprob_triplet(output.output_logprobs.at(i), output.output_ids[i],
+                                         with_text, tokenizer));
+      if (call.top_logprobs_num > 0 && i < output.output_top_logprobs.size())
+        tops.push_back(top_list(output.output_top_logprobs[i], with_text, tokenizer));
     }
     meta["output_token_logprobs"] = std::move(logprobs);
+    if (call.top_logprobs_num > 0) meta["output_top_logprobs"] = std::move(tops);
+    add_input_logprobs(call, item, tokenizer, meta);
   }
   return Json{{"text", output_text(item, output, tokenizer)},
               {"output_ids", output.output_ids},
               {"meta_info", std::move(meta)}};
-}
-
-OpenAiCall parse_completion(const Json& body, const tokenizer::Tokenizer& tokenizer,
-                            const ModelLimits& limits) {
-  const std::string where = "/v1/completions";
-  check_known_fields(body,
-                     {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-                      "stop", "stop_token_ids", "seed", "n", "stream", "logprobs", "echo", "user",
-                      "ignore_eos", "skip_special_tokens"},
-                     where);
-  check_openai_common(body, where);
-  require_value(body, "echo", false, where, "must be false");
-  if (!body.contains("prompt")) bad_request(where + ": required field 'prompt' is missing");
-  const Json& prompt = body["prompt"];
-  OpenAiCall call;
-  if (prompt.is_string()) {
-    call.item.request.input_ids = as_bad_request(
-        [&] { return tokenizer.encode(prompt.get<std::string>(), /*add_special_tokens=*/true); });
-  } else {
-    call.item.request.input_ids = as_bad_request([&] {
-      return json_as<std::vector<int64_t>>(prompt, "prompt", where + " (a string or token ids)");
-    });
-  }
-  auto logprobs = body.find("logprobs");
-  if (logprobs != body.end() && !logprobs->is_null()) {
-    int64_t n = as_bad_request([&] { return json_as<int64_t>(*logprobs, "logprobs", where); });
-    if (n != 0) bad_request(where + ": 'logprobs' must be 0 (sampled-token log-probs only)");
-    call.logprobs = true;
-  }
-  auto [params, text] = parse_sampling(openai_sampling(body, where, 16), where);
-  check_prompt(call.item.request.input_ids, params.max_new_tokens, limits, where);
-  call.item.request.sampling = std::move(params);
-  call.item.text = text;
-  return call;
-}
-
-OpenAiCall parse_chat_completion(const OrderedJson& body, const tokenizer::Tokenizer& tokenizer,
-                                 const tokenizer::ChatFormatter* chat, const ModelLimits& limits) {
-  const std::string where = "/v1/chat/completions";
-  check_known_fields(body, {"model",        "messages",
-                            "max_tokens",   "max_completion_tokens",
-                            "temperature",  "top_p",
-                            "top_k",        "min_p",
-                            "stop",         "stop_token_ids",
-                            "seed",         "n",
-                            "stream",       "logprobs",
-                            "top_logprobs", "user",
-                            "tools",        "chat_template_kwargs",
-                            "ignore_eos",   "skip_special_tokens"},
-                     where);
-  check_openai_common(body, where);
-  require_value(body, "top_logprobs", 0, where, "must be 0 (sampled-token log-probs only)");
-  if (chat == nullptr) {
-    bad_request(where + ": the served model directory has no chat template; use /v1/completions");
-  }
-  auto messages = body.find("messages");
-  if (messages == body.end() || !messages->is_array() || messages->empty()) {
-    bad_request(where + ": 'messages' must be a non-empty list of {role, content} objects");
-  }
-  OrderedJson extra = OrderedJson::object();
-  if (body.contains("tools") && !body["tools"].is_null()) extra["tools"] = body["tools"];
-  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
-    const auto& kwargs = body["chat_template_kwargs"];
-    if (!kwargs.is_object()) bad_request(where + ": 'chat_template_kwargs' must be an object");
-    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) extra[it.key()] = it.value();
-  }
-  OpenAiCall call;
-  call.chat = true;
-  std::string prompt = as_bad_request([&] { return chat->apply(*messages, true, extra); });
-  call.item.request.input_ids =
-      as_bad_request([&] { return tokenizer.encode(prompt, /*add_special_tokens=*/false); });
-  call.logprobs = as_bad_request([&] { return json_get_or<bool>(body, "logprobs", false, where); });
-  auto [params, text] = parse_sampling(openai_sampling(body, where, 128), where);
-  check_prompt(call.item.request.input_ids, params.max_new_tokens, limits, where);
-  call.item.request.sampling = std::move(params);
-  call.item.text = text;
-  return call;
-}
-
-Json openai_response(const OpenAiCall& call, const GenerateOutput& output,
-                     const tokenizer::Tokenizer& tokenizer, const std::string& model_name,
-                     int64_t created_unix_s) {
-  std::string text = output_text(call.item, output, tokenizer);
-  Json choice = {{"index", 0}, {"finish_reason", finish_reason_name(output.finish_reason)}};
-  Json logprobs = nullptr;
-  if (call.logprobs) {
-    Json tokens = Json::array(), values = Json::array();
-    for (size_t i = 0; i < output.output_ids.size(); ++i) {
-      tokens.push_back(tokenizer.decode({output.output_ids[i]}));
-      values.push_back(output.output_logprobs.at(i));
-    }
-    if (call.chat) {
-      Json content = Json::array();
-      for (size_t i = 0; i < tokens.size(); ++i)
-        content.push_back({{"token", tokens[i]}, {"logprob", values[i]}, {"top_logprobs", {}}});
-      logprobs = {{"content", content}};
-    } else {
-      logprobs = {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", nullptr}};
-    }
-  }
-  choice["logprobs"] = logprobs;
-  if (call.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-  }
-  auto completion = static_cast<int64_t>(output.output_ids.size());
-  return Json{{"id", (call.chat ? "chatcmpl-" : "cmpl-") + call.item.rid},
-              {"object", call.chat ? "chat.completion" : "text_completion"},
-              {"created", created_unix_s},
-              {"model", model_name},
-              {"choices", Json::array({choice})},
-              {"usage",
-               {{"prompt_tokens", output.prompt_tokens},
-                {"completion_tokens", completion},
-                {"total_tokens", output.prompt_tokens + completion}}},
-              {"weight_version", output.weight_version}};
 }
 
 }  // namespace furlong::engine::server

@@ -6,12 +6,14 @@
 // server answers {"error": {"message": ..., "type": ..., "code": status}}.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/json_util.h"
@@ -63,7 +65,9 @@ struct TextOptions {
 struct GenerateItem {
   GenerateRequest request;
   TextOptions text;
-  std::string rid;  // client-chosen or generated; /abort_request names it
+  std::string rid;          // client-chosen or generated; /abort_request names it
+  size_t prompt_index = 0;  // which prompt of the call (items are prompt-major with n > 1)
+  size_t sample_index = 0;  // which of the prompt's n samples
 };
 
 // A /generate call: one prompt, or a batch (input given as a list of prompts).
@@ -73,11 +77,24 @@ struct GenerateCall {
   bool return_logprob = false;
   bool return_text_in_logprobs = false;
   bool stream = false;  // server-sent events (one prompt only)
+  int64_t n = 1;        // samples per prompt (sampling_params.n)
+  // SGLang's logprob_start_len: -1 (default) returns no prompt log-probs; s >= 0 returns
+  // input_token_logprobs for prompt positions s.. (position 0's log-prob is null).
+  int64_t logprob_start_len = -1;
+  int64_t top_logprobs_num = 0;  // alternatives per position (output and input)
+  // Filled by the server when logprob_start_len >= 0: one per prompt.
+  std::vector<Engine::PromptLogprobs> prompt_logprobs;
+  std::vector<size_t> prompt_lengths;  // tokens of each prompt
+  // The first prompt position with a computed log-prob (>= 1) and whether position 0 (null)
+  // is listed, for a prompt of `size` tokens.
+  int64_t prompt_logprob_from(int64_t size) const {
+    return std::min(std::max<int64_t>(logprob_start_len, 1), size);
+  }
 };
 
 // Strict parse of SGLang's GenerateReqInput subset: text | input_ids (one or a batch),
-// sampling_params (an object, or a list with one per prompt), return_logprob, rid, stream
-// (one prompt only), logprob_start_len (-1 only), top_logprobs_num (0 only),
+// sampling_params (an object, or a list with one per prompt; n samples each, prompt-major),
+// return_logprob, rid, stream (one prompt, n = 1), logprob_start_len, top_logprobs_num,
 // return_text_in_logprobs, and miles' return_routed_experts / return_indexer_topk (false only).
 // `next_rid` names prompts that come without a rid.
 GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokenizer,
@@ -89,25 +106,34 @@ std::string output_text(const GenerateItem& item, const GenerateOutput& output,
                         const tokenizer::Tokenizer& tokenizer);
 // SGLang's response object: {text, output_ids, meta_info{id, finish_reason{type, matched|length},
 // prompt_tokens, completion_tokens, cached_tokens, weight_version, e2e_latency,
-// output_token_logprobs: [[logprob, id, text|null], ...] when asked}}.
+// output_token_logprobs: [[logprob, id, text|null], ...], output_top_logprobs,
+// input_token_logprobs, input_top_logprobs when asked}}.
 Json generate_response(const GenerateCall& call, const GenerateItem& item,
                        const GenerateOutput& output, const tokenizer::Tokenizer& tokenizer,
                        double latency_s);
 
-// OpenAI-compatible completions (one choice; n must be 1, stream false).
-struct OpenAiCall {
-  GenerateItem item;
-  bool chat = false;
-  bool logprobs = false;
-};
-OpenAiCall parse_completion(const Json& body, const tokenizer::Tokenizer& tokenizer,
-                            const ModelLimits& limits);
-// The body is parsed with key order kept (chat templates see messages as given). `chat` may be
-// null (no chat template): an ApiError then says so.
-OpenAiCall parse_chat_completion(const OrderedJson& body, const tokenizer::Tokenizer& tokenizer,
-                                 const tokenizer::ChatFormatter* chat, const ModelLimits& limits);
-Json openai_response(const OpenAiCall& call, const GenerateOutput& output,
-                     const tokenizer::Tokenizer& tokenizer, const std::string& model_name,
-                     int64_t created_unix_s);
+// Helpers shared with the OpenAI parser (openai_api.cpp).
+// Runs `fn`, turning a furlong::Error (a bad field) into a 400.
+template <typename Fn>
+auto as_bad_request(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    bad_request(e.what());
+  }
+}
+// SGLang sampling_params -> engine sampling + text options (strict; errors are 400s).
+std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const std::string& where);
+// Non-empty, ids in the vocabulary, prompt + max_new_tokens within the context (400 otherwise).
+void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
+                  const ModelLimits& limits, const std::string& where);
+// A token's text for log-prob listings (may be a partial UTF-8 sequence, replaced).
+std::string token_text(const tokenizer::Tokenizer& tokenizer, int64_t id);
+
+// Weight versions on the wire have SGLang's type, a string (default "default"). furlong counts
+// versions as integers from 0: version v is the string of its digits, and 0 is "default".
+Json weight_version_json(int64_t version);
+// An integer, a string of digits or "default" (0); >= 0. Other strings are a 400 naming `field`.
+int64_t parse_weight_version(const Json& value, const std::string& field, const std::string& where);
 
 }  // namespace furlong::engine::server

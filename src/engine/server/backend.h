@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/json_util.h"
 #include "engine/engine.h"
 
@@ -46,7 +47,24 @@ class EngineBackend {
   virtual void set_weight_version(int64_t version) = 0;
   virtual int64_t weight_version() const = 0;
   virtual std::string weights_digest() const = 0;
+  // As Engine::update_weights_from_disk / Engine::prompt_logprobs; backends without a model
+  // (tests) fail clearly.
+  virtual void update_weights_from_disk(const std::string& hf_dir, int64_t version) {
+    (void)version;
+    FURLONG_FAIL("this engine backend cannot load weights from disk (", hf_dir, ")");
+  }
+  virtual Engine::PromptLogprobs prompt_logprobs(const std::vector<int64_t>& input_ids,
+                                                 double temperature, int64_t start,
+                                                 int64_t top_n) const {
+    (void)input_ids, (void)temperature, (void)start, (void)top_n;
+    FURLONG_FAIL("this engine backend does not score prompts");
+  }
 
+  // Releasing the weights keeps a host copy when the backend was made with
+  // keep_released_weights (the default), and resume_memory puts back every weight no update
+  // refilled meanwhile: release + resume then generates as before (SGLang's
+  // --enable-weights-cpu-backup). On the CPU the copy is the weights themselves, so releasing
+  // them frees nothing.
   virtual void release_memory(bool include_weights) = 0;
   virtual void resume_memory() = 0;
   virtual bool memory_released() const = 0;
@@ -55,6 +73,7 @@ class EngineBackend {
 // Serves `engine` (shared: the caller may keep using it). Loads the chat template from
 // `model_dir` when it has one.
 std::shared_ptr<EngineBackend> make_engine_backend(std::shared_ptr<Engine> engine,
-                                                   const std::string& model_dir);
+                                                   const std::string& model_dir,
+                                                   bool keep_released_weights = true);
 
 }  // namespace furlong::engine::server

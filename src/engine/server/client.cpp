@@ -35,6 +35,23 @@ std::string error_message(const std::string& body) {
   return body.size() > 500 ? body.substr(0, 500) + "..." : body;
 }
 
+// A weight version as servers send it: SGLang's string ("default" = 0, else digits) or an
+// integer (furlong before it followed SGLang's type).
+int64_t version_of(const Json& value, const std::string& where) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  FURLONG_CHECK(value.is_string(), where, ": weight_version must be a string, got ",
+                json_type_name(value));
+  const auto& s = value.get_ref<const std::string&>();
+  if (s == "default") return 0;
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  FURLONG_FAIL(where, ": weight_version '", s, "' is not \"default\" or an integer");
+}
+
 }  // namespace
 
 GenerateResult parse_generate_result(const Json& response) {
@@ -46,7 +63,8 @@ GenerateResult parse_generate_result(const Json& response) {
   const Json& meta = response.at("meta_info");
   r.finish_reason = json_get<std::string>(meta.at("finish_reason"), "type", where);
   r.prompt_tokens = json_get_or<int64_t>(meta, "prompt_tokens", 0, where);
-  r.weight_version = json_get_or<int64_t>(meta, "weight_version", 0, where);
+  if (meta.contains("weight_version") && !meta["weight_version"].is_null())
+    r.weight_version = version_of(meta["weight_version"], where);
   r.rid = json_get_or<std::string>(meta, "id", "", where);
   if (meta.contains("output_token_logprobs")) {
     for (const auto& entry : meta["output_token_logprobs"])
@@ -234,7 +252,10 @@ Json EngineClient::get_server_info() const {
   return get("/get_server_info");
 }
 int64_t EngineClient::get_weight_version() const {
-  return json_get<int64_t>(get("/get_weight_version"), "weight_version", base_url_);
+  Json reply = get("/get_weight_version");
+  FURLONG_CHECK(reply.contains("weight_version"), base_url_,
+                "/get_weight_version: no weight_version");
+  return version_of(reply["weight_version"], base_url_ + "/get_weight_version");
 }
 
 void EngineClient::flush_cache() const {
@@ -259,7 +280,10 @@ void EngineClient::init_weights_update_group(const WeightGroupSpec& spec) const 
 void EngineClient::update_weights_from_distributed(const std::vector<WeightMeta>& metas,
                                                    int64_t version,
                                                    const std::string& group_name) const {
-  Json body{{"group_name", group_name}, {"flush_cache", false}, {"weight_version", version}};
+  // SGLang's weight_version is a string.
+  Json body{{"group_name", group_name},
+            {"flush_cache", false},
+            {"weight_version", std::to_string(version)}};
   add_weight_metas(metas, body);
   post("/update_weights_from_distributed", body);
 }
@@ -268,7 +292,7 @@ void EngineClient::destroy_weights_update_group(const std::string& group_name) c
   post("/destroy_weights_update_group", Json{{"group_name", group_name}});
 }
 void EngineClient::update_weight_version(int64_t version) const {
-  post("/update_weight_version", Json{{"new_version", version}});
+  post("/update_weight_version", Json{{"new_version", std::to_string(version)}});
 }
 std::string EngineClient::get_weights_digest() const {
   return json_get<std::string>(get("/get_weights_digest"), "digest", base_url_);

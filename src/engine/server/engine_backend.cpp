@@ -1,5 +1,8 @@
 // EngineBackend over engine::Engine: a thin forwarding layer plus the chat template.
+#include <ATen/ATen.h>
+
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -14,8 +17,9 @@ namespace {
 
 class RealEngineBackend final : public EngineBackend {
  public:
-  RealEngineBackend(std::shared_ptr<Engine> engine, const std::string& model_dir)
-      : engine_(std::move(engine)) {
+  RealEngineBackend(std::shared_ptr<Engine> engine, const std::string& model_dir,
+                    bool keep_released_weights)
+      : engine_(std::move(engine)), keep_released_weights_(keep_released_weights) {
     try {
       chat_ = std::make_unique<tokenizer::ChatFormatter>(model_dir);
     } catch (const Error& e) {
@@ -54,22 +58,53 @@ class RealEngineBackend final : public EngineBackend {
   }
   int64_t weight_version() const override { return engine_->weight_version(); }
   std::string weights_digest() const override { return engine_->weights_digest(); }
+  void update_weights_from_disk(const std::string& hf_dir, int64_t version) override {
+    engine_->update_weights_from_disk(hf_dir, version);
+  }
+  Engine::PromptLogprobs prompt_logprobs(const std::vector<int64_t>& input_ids, double temperature,
+                                         int64_t start, int64_t top_n) const override {
+    return engine_->prompt_logprobs(input_ids, temperature, start, top_n);
+  }
 
-  void release_memory(bool include_weights) override { engine_->release_memory(include_weights); }
-  void resume_memory() override { engine_->resume_memory(); }
+  void release_memory(bool include_weights) override {
+    std::lock_guard<std::mutex> lock(backup_mutex_);
+    if (include_weights && keep_released_weights_) {
+      // Handles on the CPU (the storage stays alive), host copies on an accelerator.
+      backup_.clear();
+      for (auto& [name, t] : engine_->model().named_weights()) {
+        if (t.defined()) backup_.emplace_back(name, t.device().is_cpu() ? t : t.to(at::kCPU));
+      }
+    }
+    try {
+      engine_->release_memory(include_weights);
+    } catch (...) {
+      backup_.clear();
+      throw;
+    }
+  }
+  void resume_memory() override {
+    std::lock_guard<std::mutex> lock(backup_mutex_);
+    engine_->resume_memory();
+    if (!backup_.empty()) engine_->refill_released_weights(backup_);
+    backup_.clear();
+  }
   bool memory_released() const override { return engine_->memory_released(); }
 
  private:
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<tokenizer::ChatFormatter> chat_;
+  const bool keep_released_weights_;
+  std::mutex backup_mutex_;
+  std::vector<std::pair<std::string, at::Tensor>> backup_;  // weights kept across a release
 };
 
 }  // namespace
 
 std::shared_ptr<EngineBackend> make_engine_backend(std::shared_ptr<Engine> engine,
-                                                   const std::string& model_dir) {
+                                                   const std::string& model_dir,
+                                                   bool keep_released_weights) {
   FURLONG_CHECK(engine != nullptr, "make_engine_backend: no engine");
-  return std::make_shared<RealEngineBackend>(std::move(engine), model_dir);
+  return std::make_shared<RealEngineBackend>(std::move(engine), model_dir, keep_released_weights);
 }
 
 }  // namespace furlong::engine::server

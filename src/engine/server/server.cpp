@@ -1,56 +1,21 @@
-// The engine's HTTP server (see server.h): routing, auth, error bodies, blocking generation.
+// The engine's HTTP server (see server.h): lifecycle, auth, error bodies, blocking generation,
+// and the control, weight, memory and info routes (generation routes: generation_routes.cpp).
 #include "engine/server/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <limits>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "core/log.h"
-#include "engine/server/api.h"
 #include "engine/server/connection_watch.h"
+#include "engine/server/server_impl.h"
 #include "engine/weight_sync.h"
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::engine::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using httplib::Request;
-using httplib::Response;
-
-void send_json(Response& res, const Json& body, int status = 200) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
-}
-
-void send_error(Response& res, int status, const std::string& type, const std::string& message) {
-  send_json(res, error_body(message, type, status), status);
-}
-
-Json ok(const std::string& message) {
-  return Json{{"success", true}, {"message", message}};
-}
-
-// A request body that may be empty (then {}).
-Json optional_body(const Request& req, const std::string& endpoint) {
-  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
-  return parse_body(req.body, endpoint);
-}
 
 // Constant-time comparison, so the key cannot be guessed byte by byte from response times.
 bool same_secret(const std::string& given, const std::string& expected) {
@@ -58,34 +23,6 @@ bool same_secret(const std::string& given, const std::string& expected) {
   unsigned char diff = 0;
   for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
   return diff == 0;
-}
-
-// A weight version (`field`) arrives as an integer or (SGLang's type) a string of digits; it
-// must be >= 0 (the engine counts versions from 0).
-int64_t parse_version(const Json& value, const std::string& field, const std::string& where) {
-  std::optional<int64_t> version;
-  if (value.is_number_integer() &&
-      !(value.is_number_unsigned() &&
-        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    version = value.get<int64_t>();
-  } else if (value.is_string()) {
-    const auto& s = value.get_ref<const std::string&>();
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(s, &used);
-      if (used == s.size()) version = v;
-    } catch (const std::exception&) {
-    }
-  }
-  if (!version) {
-    bad_request(where + ": '" + field +
-                "' must be an integer (or a string of digits) in the signed 64-bit range, got " +
-                json_excerpt(value));
-  }
-  if (*version < 0) {
-    bad_request(where + ": '" + field + "' must be >= 0, got " + std::to_string(*version));
-  }
-  return *version;
 }
 
 // An integer field that must lie in [lo, hi]; the message shows the value as given (never a
@@ -100,110 +37,7 @@ int int_field(const Json& body, const char* field, int64_t lo, int64_t hi,
   return static_cast<int>(value);
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of connections (32 rollout workers at
-// once) overflows it, and the kernel then drops handshakes (1 s retransmits) or whole requests.
-// listen() again on the bound socket raises the backlog to the system's maximum.
-class WideBacklogServer : public httplib::Server {
- public:
-  void widen_backlog() {
-    FURLONG_CHECK(::listen(svr_sock_, SOMAXCONN) == 0, "listen(): ", std::strerror(errno));
-  }
-};
-
-// Outputs of submitted requests, filled by engine callbacks (engine thread).
-struct Waiter {
-  std::mutex mutex;
-  std::condition_variable done;
-  std::vector<std::optional<GenerateOutput>> outputs;
-  size_t remaining = 0;
-};
-
-// A streamed generation: tokens so far (engine thread appends) and the final output.
-struct Stream {
-  std::mutex mutex;
-  std::condition_variable changed;
-  GenerateOutput partial;
-  std::optional<GenerateOutput> final_output;
-  size_t sent_tokens = 0;
-  RequestId id = -1;
-};
-
-std::string sse_event(const Json& data) {
-  return "data: " + data.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
-}
-
 }  // namespace
-
-struct EngineServer::Impl {
-  std::shared_ptr<EngineBackend> backend;
-  ServerOptions options;
-  WideBacklogServer http;
-  std::thread listener;
-  int port = -1;
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> stopped{false};
-  std::atomic<bool> paused{false};
-  // When /pause_generation paused the server (steady-clock ticks); meaningful while paused.
-  std::atomic<Clock::rep> paused_since{0};
-  std::atomic<int64_t> next_rid{0};
-  std::mutex rids_mutex;
-  std::unordered_map<std::string, RequestId> active;  // rid -> engine id
-
-  Impl(std::shared_ptr<EngineBackend> b, ServerOptions o)
-      : backend(std::move(b)), options(std::move(o)) {}
-
-  ModelLimits limits() const { return {backend->vocab_size(), backend->context_length()}; }
-  // With --paused-request-timeout: whether a request that arrived at `arrived` has waited
-  // longer than the bound while generation is paused (counted from the later of its arrival
-  // and the pause).
-  bool waited_paused_too_long(Clock::time_point arrived) const {
-    if (options.paused_request_timeout_s <= 0 || !paused) return false;
-    auto since = std::max(arrived, Clock::time_point(Clock::duration(paused_since.load())));
-    return Clock::now() - since > std::chrono::duration<double>(options.paused_request_timeout_s);
-  }
-  std::string make_rid() { return "furlong-" + std::to_string(next_rid.fetch_add(1)); }
-
-  // Runs one endpoint; every exception becomes a JSON error response.
-  template <typename Fn>
-  void guarded(const Request& req, Response& res, Fn&& fn) {
-    try {
-      fn();
-    } catch (const ApiError& e) {
-      send_error(res, e.status(), e.type(), e.what());
-    } catch (const Error& e) {
-      send_error(res, 400, "invalid_request_error", e.what());
-    } catch (const std::exception& e) {
-      LOG_ERROR(req.method, " ", req.path, " failed: ", e.what());
-      send_error(res, 500, "internal_error", std::string("internal error: ") + e.what());
-    } catch (...) {
-      send_error(res, 500, "internal_error", "internal error (unknown exception)");
-    }
-  }
-  template <typename Fn>
-  void get(const std::string& path, Fn fn) {
-    http.Get(path, [this, fn](const Request& q, Response& r) { guarded(q, r, [&] { fn(q, r); }); });
-  }
-  template <typename Fn>
-  void post(const std::string& path, Fn fn) {
-    http.Post(path,
-              [this, fn](const Request& q, Response& r) { guarded(q, r, [&] { fn(q, r); }); });
-  }
-
-  std::vector<GenerateOutput> run(const Request& req, std::vector<GenerateItem>& items);
-  void stream(const Request& req, Response& res, GenerateCall call);
-  bool stream_step(const std::shared_ptr<Stream>& st, const GenerateCall& call,
-                   const ConnectionWatch& watch, Clock::time_point start, httplib::DataSink& sink);
-  void register_rids(const std::vector<GenerateItem>& items);
-  void unregister_rids(const std::vector<GenerateItem>& items);
-
-  void install_hooks();
-  void install_generation_routes();
-  void install_control_routes();
-  void install_weight_routes();
-  void install_memory_routes();
-  void install_info_routes();
-  bool health_generate();
-};
 
 void EngineServer::Impl::register_rids(const std::vector<GenerateItem>& items) {
   std::lock_guard<std::mutex> lock(rids_mutex);
@@ -289,151 +123,6 @@ std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
   return outputs;
 }
 
-// Server-sent events: one `data: {...}` per batch of new tokens (SGLang's cumulative shape:
-// text and output_ids so far, finish_reason null), then the final object and `data: [DONE]`.
-// The handler returns at once; cpp-httplib then calls the provider on the same thread until it
-// is done, and the releaser runs when the response ends (aborting the request if unfinished).
-void EngineServer::Impl::stream(const Request& req, Response& res, GenerateCall call) {
-  register_rids(call.items);
-  auto st = std::make_shared<Stream>();
-  st->partial.prompt_tokens = static_cast<int64_t>(call.items[0].request.input_ids.size());
-  auto on_tokens = [st](RequestId, const std::vector<int64_t>& ids,
-                        const std::vector<float>& logprobs) {
-    std::lock_guard<std::mutex> lock(st->mutex);
-    st->partial.output_ids.insert(st->partial.output_ids.end(), ids.begin(), ids.end());
-    st->partial.output_logprobs.insert(st->partial.output_logprobs.end(), logprobs.begin(),
-                                       logprobs.end());
-    st->changed.notify_all();
-  };
-  auto on_done = [st](RequestId, GenerateOutput output) {
-    std::lock_guard<std::mutex> lock(st->mutex);
-    st->final_output = std::move(output);
-    st->changed.notify_all();
-  };
-  try {
-    st->id = backend->submit(call.items[0].request, on_done, on_tokens);
-  } catch (...) {
-    unregister_rids(call.items);
-    throw;
-  }
-  {
-    std::lock_guard<std::mutex> lock(rids_mutex);
-    active[call.items[0].rid] = st->id;
-  }
-  auto start = Clock::now();
-  auto watch = std::make_shared<ConnectionWatch>(req.remote_addr, req.remote_port, req.local_port);
-  auto shared_call = std::make_shared<GenerateCall>(std::move(call));
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, st, shared_call, watch, start](size_t, httplib::DataSink& sink) {
-        return stream_step(st, *shared_call, *watch, start, sink);
-      },
-      [this, st, shared_call](bool) {
-        bool finished;
-        {
-          std::lock_guard<std::mutex> lock(st->mutex);
-          finished = st->final_output.has_value();
-        }
-        if (!finished) backend->abort(st->id);
-        unregister_rids(shared_call->items);
-      });
-}
-
-// One provider call: waits (bounded) for news and writes it. False ends the response early.
-bool EngineServer::Impl::stream_step(const std::shared_ptr<Stream>& st, const GenerateCall& call,
-                                     const ConnectionWatch& watch, Clock::time_point start,
-                                     httplib::DataSink& sink) {
-  std::unique_lock<std::mutex> lock(st->mutex);
-  st->changed.wait_for(lock, std::chrono::milliseconds(100), [&] {
-    return st->final_output.has_value() || st->partial.output_ids.size() > st->sent_tokens;
-  });
-  if (!st->final_output && (stopping || waited_paused_too_long(start) || watch.peer_closed())) {
-    lock.unlock();
-    backend->abort(st->id);
-    return !watch.peer_closed();  // keep going to deliver the abort unless nobody listens
-  }
-  double latency = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto& tok = backend->tokenizer();
-  if (st->final_output) {
-    GenerateOutput output = *st->final_output;
-    lock.unlock();
-    std::string events = sse_event(generate_response(call, call.items[0], output, tok, latency)) +
-                         "data: [DONE]\n\n";
-    if (!sink.write(events.data(), events.size())) return false;
-    sink.done();
-    return true;
-  }
-  if (st->partial.output_ids.size() == st->sent_tokens) return true;  // nothing new yet
-  GenerateOutput partial = st->partial;
-  st->sent_tokens = partial.output_ids.size();
-  lock.unlock();
-  partial.weight_version = backend->weight_version();
-  Json event = generate_response(call, call.items[0], partial, tok, latency);
-  event["meta_info"]["finish_reason"] = nullptr;
-  std::string text = sse_event(event);
-  return sink.write(text.data(), text.size());
-}
-
-void EngineServer::Impl::install_generation_routes() {
-  post("/generate", [this](const Request& req, Response& res) {
-    auto start = Clock::now();
-    GenerateCall call = parse_generate(parse_body(req.body, "/generate"), backend->tokenizer(),
-                                       limits(), [this] { return make_rid(); });
-    if (call.stream) return stream(req, res, std::move(call));
-    auto outputs = run(req, call.items);
-    double latency = std::chrono::duration<double>(Clock::now() - start).count();
-    Json body = Json::array();
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      body.push_back(
-          generate_response(call, call.items[i], outputs[i], backend->tokenizer(), latency));
-    }
-    send_json(res, call.batched ? body : body[0]);
-  });
-  auto openai = [this](const Request& req, Response& res, OpenAiCall call) {
-    call.item.rid = make_rid();
-    std::vector<GenerateItem> items = {call.item};
-    auto outputs = run(req, items);
-    auto created = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-    send_json(res, openai_response(call, outputs[0], backend->tokenizer(),
-                                   options.served_model_name, created));
-  };
-  post("/v1/completions", [this, openai](const Request& req, Response& res) {
-    Json body = parse_body(req.body, "/v1/completions");
-    openai(req, res, parse_completion(body, backend->tokenizer(), limits()));
-  });
-  post("/v1/chat/completions", [this, openai](const Request& req, Response& res) {
-    OrderedJson body;
-    try {
-      body = parse_ordered_json(req.body, "/v1/chat/completions request body");
-    } catch (const Error& e) {
-      bad_request(e.what());
-    }
-    if (!body.is_object()) bad_request("/v1/chat/completions: the body must be a JSON object");
-    openai(req, res,
-           parse_chat_completion(body, backend->tokenizer(), backend->chat_formatter(), limits()));
-  });
-  post("/abort_request", [this](const Request& req, Response& res) {
-    Json body = optional_body(req, "/abort_request");
-    check_known_fields(body, {"rid", "abort_all"}, "/abort_request");
-    if (json_get_or<bool>(body, "abort_all", false, "/abort_request")) {
-      backend->abort_all();
-      return send_json(res, ok("aborted all requests"));
-    }
-    auto rid = json_get<std::string>(body, "rid", "/abort_request");
-    std::optional<RequestId> id;
-    {
-      std::lock_guard<std::mutex> lock(rids_mutex);
-      auto it = active.find(rid);
-      if (it != active.end() && it->second >= 0) id = it->second;
-    }
-    bool aborted = id && backend->abort(*id);
-    send_json(res, Json{{"success", aborted},
-                        {"message", aborted ? "aborted" : "no running request with this rid"}});
-  });
-}
-
 void EngineServer::Impl::install_control_routes() {
   post("/pause_generation", [this](const Request& req, Response& res) {
     Json body = optional_body(req, "/pause_generation");
@@ -498,10 +187,10 @@ void EngineServer::Impl::install_weight_routes() {
     const auto metas = parse_weight_metas(body, where);
     int64_t version = -1;
     if (body.contains("weight_version") && !body["weight_version"].is_null())
-      version = parse_version(body["weight_version"], "weight_version", where);
+      version = parse_weight_version(body["weight_version"], "weight_version", where);
     backend->update_weights_from_distributed(metas, version);
     Json reply = ok("updated " + std::to_string(metas.size()) + " tensors");
-    reply["weight_version"] = backend->weight_version();
+    reply["weight_version"] = weight_version_json(backend->weight_version());
     send_json(res, reply);
   });
   post("/update_weight_version", [this](const Request& req, Response& res) {
@@ -509,17 +198,47 @@ void EngineServer::Impl::install_weight_routes() {
     Json body = parse_body(req.body, where);
     check_known_fields(body, {"new_version", "abort_all_requests"}, where);
     FURLONG_CHECK(body.contains("new_version"), where, ": required field 'new_version' is missing");
-    int64_t version = parse_version(body["new_version"], "new_version", where);
+    int64_t version = parse_weight_version(body["new_version"], "new_version", where);
     if (json_get_or<bool>(body, "abort_all_requests", false, where)) backend->abort_all();
     backend->set_weight_version(version);
-    send_json(res, Json{{"success", true}, {"weight_version", backend->weight_version()}});
+    send_json(res, Json{{"success", true},
+                        {"weight_version", weight_version_json(backend->weight_version())}});
+  });
+  // SGLang's UpdateWeightFromDiskReqInput: a HF directory of the same architecture. Answers
+  // {success, message} (400 with success false on failure; the served weights are untouched).
+  post("/update_weights_from_disk", [this](const Request& req, Response& res) {
+    const std::string where = "/update_weights_from_disk";
+    Json body = parse_body(req.body, where);
+    check_known_fields(
+        body,
+        {"model_path", "load_format", "abort_all_requests", "weight_version", "is_async",
+         "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache"},
+        where);
+    auto path = json_get<std::string>(body, "model_path", where);
+    auto format = json_get_or<std::string>(body, "load_format", "auto", where);
+    if (format != "auto" && format != "safetensors") {
+      bad_request(where + ": 'load_format' = '" + format + "' is not served (auto or safetensors)");
+    }
+    int64_t version = -1;
+    if (body.contains("weight_version") && !body["weight_version"].is_null())
+      version = parse_weight_version(body["weight_version"], "weight_version", where);
+    if (json_get_or<bool>(body, "abort_all_requests", false, where)) backend->abort_all();
+    try {
+      backend->update_weights_from_disk(path, version);
+    } catch (const Error& e) {
+      return send_json(res, Json{{"success", false}, {"message", e.what()}}, 400);
+    }
+    Json reply = ok("loaded the weights of " + path);
+    reply["num_paused_requests"] = 0;
+    reply["weight_version"] = weight_version_json(backend->weight_version());
+    send_json(res, reply);
   });
   get("/get_weight_version", [this](const Request&, Response& res) {
-    send_json(res, Json{{"weight_version", backend->weight_version()}});
+    send_json(res, Json{{"weight_version", weight_version_json(backend->weight_version())}});
   });
   auto digest = [this](const Request&, Response& res) {
     send_json(res, Json{{"digest", backend->weights_digest()},
-                        {"weight_version", backend->weight_version()}});
+                        {"weight_version", weight_version_json(backend->weight_version())}});
   };
   get("/get_weights_digest", digest);
   post("/get_weights_digest", digest);
@@ -593,9 +312,9 @@ void EngineServer::Impl::install_info_routes() {
     send_json(res, Json{{"status", "ok"}, {"generated", true}});
   });
   auto model_info = [this](const Request&, Response& res) {
-    Json info = backend->model_info();
+    Json info = model_info_json();
     info["is_generation"] = true;
-    info["weight_version"] = backend->weight_version();
+    info["weight_version"] = weight_version_json(backend->weight_version());
     info["served_model_name"] = options.served_model_name;
     send_json(res, info);
   };
@@ -609,8 +328,8 @@ void EngineServer::Impl::install_info_routes() {
                         {"paused", paused.load()},
                         {"memory_released", backend->memory_released()},
                         {"num_running", backend->num_running()},
-                        {"weight_version", backend->weight_version()},
-                        {"model_info", backend->model_info()}});
+                        {"weight_version", weight_version_json(backend->weight_version())},
+                        {"model_info", model_info_json()}});
   };
   get("/get_server_info", server_info);
   get("/server_info", server_info);

@@ -210,7 +210,7 @@ TEST_F(Serve, InfoAndControlEndpointsAnswer) {
   EXPECT_TRUE(c.health());
   EXPECT_EQ(c.request("GET", "/health_generate", "").status, 200);
   Json info = c.get_model_info();
-  EXPECT_EQ(info["weight_version"], 0);
+  EXPECT_EQ(info["weight_version"], "default");  // SGLang's type: a string
   EXPECT_EQ(info["is_generation"], true);
   Json server_info = c.get_server_info();
   EXPECT_EQ(server_info["context_length"], kContext);

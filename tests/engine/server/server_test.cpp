@@ -345,7 +345,14 @@ TEST(Server, WeightUpdateEndpointsReachTheEngine) {
   EXPECT_EQ(s.backend->last_metas[0].dtype, "float32");
   EXPECT_EQ(s.client->generate({3}, sampling(1)).weight_version, 8);
   s.client->update_weight_version(9);
-  EXPECT_EQ(s.client->get_model_info()["weight_version"], 9);
+  // On the wire a weight version is SGLang's string; 0 is SGLang's "default".
+  EXPECT_EQ(s.client->get_model_info()["weight_version"], "9");
+  EXPECT_EQ(s.client->get("/get_weight_version")["weight_version"], "9");
+  s.client->update_weight_version(0);
+  EXPECT_EQ(s.client->get("/get_weight_version")["weight_version"], "default");
+  s.client->post("/update_weight_version", Json{{"new_version", "default"}});
+  EXPECT_EQ(s.client->get_weight_version(), 0);
+  expect_error(*s.client, "/update_weight_version", R"({"new_version": "v1"})", 400);
   s.client->destroy_weights_update_group("g");
 }
 
@@ -367,7 +374,10 @@ TEST(Server, OpenAiCompletionsAndChat) {
       OrderedJson::array({{{"role", "user"}, {"content", "Hi"}}}), true);
   EXPECT_EQ(chat["usage"]["prompt_tokens"], s.backend->tokenizer().encode(prompt).size());
   expect_error(*s.client, "/v1/chat/completions", R"({"messages": [], "max_tokens": 2})", 400);
-  expect_error(*s.client, "/v1/completions", R"({"prompt": "x", "n": 2})", 400);
+  Json two = s.client->post("/v1/completions", Json{{"prompt", "x"}, {"n", 2}, {"max_tokens", 1}});
+  EXPECT_EQ(two["choices"].size(), 2u);
+  expect_error(*s.client, "/v1/completions", R"({"prompt": "x", "n": 0})", 400);
+  expect_error(*s.client, "/v1/completions", R"({"prompt": "x", "logit_bias": {"1": 2}})", 400);
   EXPECT_EQ(s.client->get("/v1/models")["data"][0]["object"], "model");
 }
 
