@@ -89,11 +89,34 @@ FURLONG_INLINE void dot_tile(const float* x_MD, const WT* w_FD, float* y_MF, int
   }
 }
 
+// One input row: each weight row is one sequential stream, read with four independent
+// accumulator chains (32 floats per step), so a thread's slab of rows is read front to back.
+template <class WT>
+FURLONG_INLINE void single_row(const float* x_D, const WT* w_FD, float* y_F, int64_t D,
+                               int64_t f_begin, int64_t f_end) {
+  constexpr int64_t kStep = 4 * kLanes;
+  const int64_t vec_end = D - D % kStep;
+  for (int64_t f = f_begin; f < f_end; ++f) {
+    const WT* w = w_FD + f * D;
+    V8 a0{}, a1{}, a2{}, a3{};
+    for (int64_t d = 0; d < vec_end; d += kStep) {
+      a0 += load8(w + d) * load8(x_D + d);
+      a1 += load8(w + d + kLanes) * load8(x_D + d + kLanes);
+      a2 += load8(w + d + 2 * kLanes) * load8(x_D + d + 2 * kLanes);
+      a3 += load8(w + d + 3 * kLanes) * load8(x_D + d + 3 * kLanes);
+    }
+    float tail = 0.0f;
+    for (int64_t d = vec_end; d < D; ++d) tail += load1(w + d) * x_D[d];
+    y_F[f] = sum_lanes((a0 + a1) + (a2 + a3)) + tail;
+  }
+}
+
 // Weight rows [f_begin, f_end) against every input row. The weight tile stays in L1 while all
 // input rows pass over it, so the weights are read from memory once per call.
 template <class WT>
 FURLONG_INLINE void skinny_rows(const float* x_MD, const WT* w_FD, float* y_MF, int64_t M,
                                 int64_t D, int64_t F, int64_t f_begin, int64_t f_end) {
+  if (M == 1) return single_row(x_MD, w_FD, y_MF, D, f_begin, f_end);
   int64_t f = f_begin;
   for (; f + kWeightTile <= f_end; f += kWeightTile) {
     int64_t m = 0;
@@ -182,8 +205,10 @@ at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
 
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
   constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kOneDnnMaxWeight = int64_t{1} << 25;
-  if (x_MD.dim() == 2 && x_MD.size(0) <= kSkinnyMaxRows && w_FD.dim() == 2 &&
-      w_FD.size(0) >= kHeadMinRows && skinny_linear_supported(x_MD, w_FD)) {
+  const bool skinny_shape =
+      x_MD.dim() == 2 && w_FD.dim() == 2 &&
+      (x_MD.size(0) == 1 || (x_MD.size(0) <= kSkinnyMaxRows && w_FD.size(0) >= kHeadMinRows));
+  if (skinny_shape && skinny_linear_supported(x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
   }
   const bool cpu_fp32 = x_MD.is_cpu() && x_MD.dim() == 2 && w_FD.dim() == 2 &&

@@ -7,7 +7,8 @@
 // Weights may be fp32 or bf16 (bf16 widens to fp32 exactly, so bf16 weights cost half the
 // bandwidth); inputs fp32 or bf16 (widened once). The result has the input's dtype: bf16
 // outputs are fp32 sums rounded once, as oneDNN's bf16 GEMM does. Summation order: 8 strided
-// lane sums over d, then a fixed pairwise sum of the lanes; the error of each output is within
+// lane sums over d (four such sets interleaved for a single input row), then a fixed pairwise
+// sum of the lanes; the error of each output is within
 // the deterministic bound gamma_D * sum_d |x_d w_d| for D terms (any order satisfies it).
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
@@ -29,8 +30,9 @@ namespace furlong::kernels {
 
 // The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
 // decode shapes (Qwen3-0.6B, 2 threads; SkinnyLinear.DISABLED_ReportThroughput prints them):
-// - a vocabulary-sized weight (>= 32768 rows) and up to 16 input rows: skinny_linear (the lm_head
-//   at 8 rows: 73 ms against ATen's 156 ms);
+// - one input row (batch-1 decode), or a vocabulary-sized weight (>= 32768 rows) and up to 16
+//   input rows: skinny_linear (one row streams weights at 22-25 GB/s, the machine's read
+//   bandwidth being about 30; the lm_head at 8 rows: 65-73 ms against ATen's 156-245 ms);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms). oneDNN re-lays-out the weight on
 //   each call, which at a 622 MB head costs seconds, hence the size limit; ATen's linear when
