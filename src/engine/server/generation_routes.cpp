@@ -133,6 +133,25 @@ void EngineServer::Impl::install_generation_routes() {
     // SGLang answers a list for a batch or for n > 1 (prompt-major), else one object.
     send_json(res, call.batched || call.n > 1 ? body : body[0]);
   });
+  // Ends a request by its rid (each of n samples has its own: rid-0, rid-1, ...) or all.
+  post("/abort_request", [this](const Request& req, Response& res) {
+    Json body = optional_body(req, "/abort_request");
+    check_known_fields(body, {"rid", "abort_all"}, "/abort_request");
+    if (json_get_or<bool>(body, "abort_all", false, "/abort_request")) {
+      backend->abort_all();
+      return send_json(res, ok("aborted all requests"));
+    }
+    auto rid = json_get<std::string>(body, "rid", "/abort_request");
+    std::optional<RequestId> id;
+    {
+      std::lock_guard<std::mutex> lock(rids_mutex);
+      auto it = active.find(rid);
+      if (it != active.end() && it->second >= 0) id = it->second;
+    }
+    bool aborted = id && backend->abort(*id);
+    send_json(res, Json{{"success", aborted},
+                        {"message", aborted ? "aborted" : "no running request with this rid"}});
+  });
   install_openai_routes();
   install_tokenizer_routes();
 }

@@ -75,6 +75,85 @@ TEST(ServerApi, ParsesSingleAndBatchedGenerateRequests) {
   EXPECT_EQ(batch.items[0].request.input_ids, backend->tokenizer().encode("hello", true));
 }
 
+// SGLang's n: n items per prompt, prompt-major, sample j seeded seed + j; the penalties and
+// log-prob options reach the engine's parameters.
+TEST(ServerApi, ExpandsNPromptMajorAndCarriesPenaltiesAndLogprobOptions) {
+  auto backend = make_backend();
+  ModelLimits limits{backend->vocab_size(), 64};
+  int counter = 0;
+  auto rid = [&] { return "r" + std::to_string(counter++); };
+  auto call = parse_generate(Json{{"input_ids", {{1, 2}, {3}}},
+                                  {"sampling_params",
+                                   {{"max_new_tokens", 4},
+                                    {"n", 3},
+                                    {"sampling_seed", 10},
+                                    {"min_new_tokens", 2},
+                                    {"repetition_penalty", 1.5},
+                                    {"frequency_penalty", -1}}},
+                                  {"return_logprob", true},
+                                  {"logprob_start_len", 0},
+                                  {"top_logprobs_num", 2}},
+                             backend->tokenizer(), limits, rid);
+  ASSERT_EQ(call.items.size(), 6u);
+  EXPECT_EQ(call.n, 3);
+  for (size_t k = 0; k < 6; ++k) {
+    const auto& item = call.items[k];
+    EXPECT_EQ(item.prompt_index, k / 3);
+    EXPECT_EQ(item.sample_index, k % 3);
+    EXPECT_EQ(*item.request.sampling.seed, 10 + k % 3);
+    EXPECT_EQ(item.request.sampling.min_new_tokens, 2);
+    EXPECT_EQ(item.request.sampling.repetition_penalty, 1.5);
+    EXPECT_EQ(item.request.sampling.frequency_penalty, -1);
+    EXPECT_EQ(item.request.sampling.top_logprobs_num, 2);
+    EXPECT_TRUE(item.request.sampling.penalized());
+  }
+  EXPECT_EQ(call.items[4].rid, "r1-1");
+  EXPECT_EQ(call.prompt_logprob_from(2), 1);
+  // Defaults are not penalized, and the wire form of the RL client's params is unchanged.
+  SamplingParams plain;
+  EXPECT_FALSE(plain.penalized());
+  EXPECT_FALSE(sampling_params_json(plain).contains("repetition_penalty"));
+  auto message = [&](const Json& body) {
+    try {
+      parse_generate(body, backend->tokenizer(), limits, rid);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      return std::string(e.what());
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_NE(message({{"input_ids", {1}}, {"sampling_params", {{"n", 0}}}}).find("'n'"),
+            std::string::npos);
+  EXPECT_NE(message({{"input_ids", {1}}, {"return_logprob", true}, {"logprob_start_len", -2}})
+                .find("logprob_start_len"),
+            std::string::npos);
+  EXPECT_NE(message({{"input_ids", {1}}, {"stream", true}, {"sampling_params", {{"n", 2}}}})
+                .find("stream"),
+            std::string::npos);
+  EXPECT_NE(message({{"input_ids", {1}}, {"sampling_params", {{"repetition_penalty", 0}}}})
+                .find("repetition_penalty"),
+            std::string::npos);
+}
+
+TEST(Server, TokenizeAndDetokenizeInSglangShapes) {
+  Served s;
+  Json one = s.client->post("/tokenize", Json{{"prompt", "hello world"}});
+  EXPECT_EQ(one["tokens"], s.backend->tokenizer().encode("hello world", true));
+  EXPECT_EQ(one["count"], one["tokens"].size());
+  EXPECT_EQ(one["max_model_len"], testing::kContext);
+  Json text = s.client->post("/detokenize", Json{{"tokens", one["tokens"]}});
+  EXPECT_EQ(text["text"], "hello world");
+  Json two = s.client->post("/detokenize", Json{{"tokens", {one["tokens"], Json::array()}}});
+  EXPECT_EQ(two["text"], Json::array({"hello world", ""}));
+  expect_error(*s.client, "/tokenize", R"({"text": "x"})", 400);
+  // SGLang's failure shape: {success: false, message}, status 400.
+  auto raw = s.client->request("POST", "/update_weights_from_disk", R"({"model_path": "/none"})");
+  EXPECT_EQ(raw.status, 400);
+  Json reply = Json::parse(raw.body);
+  EXPECT_EQ(reply["success"], false);
+  EXPECT_NE(reply["message"].get<std::string>().find("/none"), std::string::npos) << raw.body;
+}
+
 TEST(ServerApi, RejectsBadGenerateRequestsWithMessagesNamingTheField) {
   auto backend = make_backend();
   ModelLimits limits{backend->vocab_size(), 64};
