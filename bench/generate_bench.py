@@ -166,6 +166,40 @@ def main_06b(a, binary, build_dir):
     print("measuring machine limits (copy bandwidth, fp32/bf16 GEMM)", flush=True)
     limits = machine_limits.measure(a.threads)
     bounds = machine_limits.bounds(limits, cfg, prompt_len, max_new)
+
+    def save(complete):
+        """Writes the results so far (after every cell, so a cut-off run keeps its cells)."""
+        out = {"benchmark": "generate", "model": name, "config": cfg,
+               **machine_limits.cpu_info(),
+               "threads": a.threads, "prompt_len": prompt_len, "max_new_tokens": max_new,
+               "dtypes": dtypes, "batches": batches, "peers": peers,
+               "exact_logprobs": a.exact_logprobs,
+               "sampling": "greedy, ignore eos", "complete": complete,
+               "prompts": "furlong and transformers: deterministic pseudo-random ids "
+                          "(b*131 + i*31 + 7) % vocab; llama.cpp: its own random ids, prompts "
+                          "not shared between sequences",
+               "metric": "output_tokens_per_s = batch * max_new_tokens / (prefill + decode "
+                         "seconds), model load excluded; one timed run after a warm-up (furlong: one full "
+                         "untimed run; transformers: a 4-token generate; llama.cpp: a 16-token "
+                         "decode)",
+               "machine_limits": limits, "bounds": bounds,
+               "llama_cpp": llama_version,
+               "furlong_build": {"before": build_before, "after": furlong_build(binary)},
+               "load": {"before": load_before, "top_processes_before": procs_before,
+                        "after": uptime(), "top_processes_after":
+                        machine_limits.load().get("top_processes")},
+               "note": "furlong's engine is being changed while this runs: its figures are "
+                       "provisional. Peak RSS (peak_rss_gb) is per process from wait4: furlong "
+                       "and transformers one process per cell, llama.cpp one process per dtype "
+                       "for all batch sizes.",
+               "results": results,
+               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        res_dir = ROOT / "bench" / "results"
+        res_dir.mkdir(parents=True, exist_ok=True)
+        path = res_dir / a.out if a.out else res_dir / "generate_bench_0.6b.json"
+        path.write_text(json.dumps(out, indent=2) + "\n")
+        return path
+
     results = []
     print(f"{'dtype':<9} {'batch':>5} {'furlong':>9} {'hf':>9} {'llama.cpp':>9} {'f/hf':>6} "
           f"{'f/llama':>7} {'f rss GB':>8}   (output tokens/s, prefill + decode)", flush=True)
@@ -205,6 +239,7 @@ def main_06b(a, binary, build_dir):
                 cell["goal_tokens_per_s"] = b["batch32plus_goal_tokens_per_s"]
                 cell["bound"] = "compute: GEMM rate / FLOPs per token (goal: half of it)"
             results.append(cell)
+            save(False)
 
             def fmt(k, w=9):
                 return f"{tps[k]:>{w}.1f}" if k in tps else f"{'-':>{w}}"
@@ -216,34 +251,7 @@ def main_06b(a, binary, build_dir):
                   f"{rat('ratio_furlong_over_transformers', 6)} "
                   f"{rat('ratio_furlong_over_llama_cpp', 7)} "
                   f"{rss if rss is None else round(rss, 2)!s:>8}", flush=True)
-    out = {"benchmark": "generate", "model": name, "config": cfg, **machine_limits.cpu_info(),
-           "threads": a.threads, "prompt_len": prompt_len, "max_new_tokens": max_new,
-           "dtypes": dtypes, "batches": batches, "peers": peers,
-           "exact_logprobs": a.exact_logprobs,
-           "sampling": "greedy, ignore eos",
-           "prompts": "furlong and transformers: deterministic pseudo-random ids "
-                      "(b*131 + i*31 + 7) % vocab; llama.cpp: its own random ids, prompts not "
-                      "shared between sequences",
-           "metric": "output_tokens_per_s = batch * max_new_tokens / (prefill + decode seconds), "
-                     "model load excluded; one timed run after a warm-up (furlong: one full "
-                     "untimed run; transformers: a 4-token generate; llama.cpp: a 16-token "
-                     "decode)",
-           "machine_limits": limits, "bounds": bounds,
-           "llama_cpp": llama_version,
-           "furlong_build": {"before": build_before, "after": furlong_build(binary)},
-           "load": {"before": load_before, "top_processes_before": procs_before,
-                    "after": uptime(), "top_processes_after":
-                    machine_limits.load().get("top_processes")},
-           "note": "furlong's engine is being changed while this runs: its figures are "
-                   "provisional. Peak RSS (peak_rss_gb) is per process from wait4: furlong and "
-                   "transformers one process per cell, llama.cpp one process per dtype for all "
-                   "batch sizes.",
-           "results": results, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    res_dir = ROOT / "bench" / "results"
-    res_dir.mkdir(parents=True, exist_ok=True)
-    path = res_dir / a.out if a.out else res_dir / "generate_bench_0.6b.json"
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {save(True)}")
 
 
 def main():
