@@ -180,8 +180,8 @@ def main_06b(a, binary, build_dir):
                           "not shared between sequences",
                "metric": "output_tokens_per_s = batch * max_new_tokens / (prefill + decode "
                          "seconds), model load excluded; one timed run after a warm-up "
-                         "(furlong: one full untimed run; transformers: a 4-token generate; llama.cpp: a 16-token "
-                         "decode)",
+                         "(furlong: one full untimed run; transformers: a 4-token generate; "
+                         "llama.cpp: a 16-token decode)",
                "machine_limits": limits, "bounds": bounds,
                "llama_cpp": llama_version,
                "furlong_build": {"before": build_before, "after": furlong_build(binary)},
