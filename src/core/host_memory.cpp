@@ -4,8 +4,12 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace furlong {
 namespace {
@@ -44,6 +48,55 @@ HostMemoryPolicy apply_host_memory_policy() {
 HostMemoryPolicy configure_host_memory() {
   static const HostMemoryPolicy policy = apply_host_memory_policy();
   return policy;
+}
+
+}  // namespace furlong
+
+namespace furlong {
+namespace {
+
+// A "Name:   123 kB" field of /proc/meminfo in bytes, or -1.
+int64_t meminfo_field(const std::string& name) {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == name + ":") return value * 1024;
+  }
+  return -1;
+}
+
+// The first integer in `path`, or -1 when the file is missing or says "max".
+int64_t file_integer(const char* path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text.empty() || text[0] < '0' || text[0] > '9') return -1;
+  return std::stoll(text);
+}
+
+}  // namespace
+
+HostMemoryInfo host_memory_info() {
+  HostMemoryInfo info;
+  info.total_bytes = meminfo_field("MemTotal");
+  info.available_bytes = meminfo_field("MemAvailable");
+  struct Cgroup {
+    const char* limit;
+    const char* usage;
+  };
+  for (const Cgroup& cg : {Cgroup{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                           Cgroup{"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                  "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+    const int64_t limit = file_integer(cg.limit);
+    // cgroup v1 writes "no limit" as a huge page-aligned number: anything above MemTotal.
+    if (limit <= 0 || limit >= info.total_bytes) continue;
+    info.total_bytes = limit;
+    const int64_t usage = std::max<int64_t>(file_integer(cg.usage), 0);
+    info.available_bytes = std::min(info.available_bytes, std::max<int64_t>(limit - usage, 0));
+    break;
+  }
+  return info;
 }
 
 }  // namespace furlong

@@ -16,6 +16,7 @@
 // A value the user already set for THP_MEM_ALLOC_ENABLE or MALLOC_MMAP_THRESHOLD_ is kept;
 // FURLONG_HOST_MEMORY=default leaves both libraries at their own defaults (and no cache).
 
+#include <cstdint>
 #include <string>
 
 namespace furlong {
@@ -34,5 +35,17 @@ HostMemoryPolicy configure_host_memory();
 // Applies the policy from the current environment now (what configure_host_memory runs once;
 // exposed for tests).
 HostMemoryPolicy apply_host_memory_policy();
+
+}  // namespace furlong
+
+namespace furlong {
+
+// The memory of this machine as the process may use it: the smaller of the physical memory
+// (/proc/meminfo) and this process's cgroup limit (v2 memory.max, v1 limit_in_bytes).
+struct HostMemoryInfo {
+  int64_t total_bytes = 0;      // MemTotal, or the cgroup limit when lower
+  int64_t available_bytes = 0;  // MemAvailable, or the cgroup limit minus its usage when lower
+};
+HostMemoryInfo host_memory_info();
 
 }  // namespace furlong

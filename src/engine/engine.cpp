@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <mutex>
@@ -25,6 +26,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/process_group.h"
+#include "engine/device_memory.h"
+#include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "engine/paged_forward.h"
 #include "engine/sampler.h"
@@ -76,6 +79,38 @@ c10::Device choose_device(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Loading and accessors
 
+// The KV cache's size from the memory left after the weights (engine/kv_budget.h).
+KvBudget Engine::Impl::plan_cache_memory() {
+  const auto& cfg = model->config();
+  KvBudgetInput in;
+  for (const auto& unit : model->weights()) {
+    for (const auto& w : unit) in.weight_bytes += static_cast<int64_t>(w.nbytes());
+  }
+  if (options.test_memory_bytes > 0) {  // as if the device had this much, all free at start
+    in.memory = {options.test_memory_bytes,
+                 std::max<int64_t>(options.test_memory_bytes - in.weight_bytes, 0)};
+  } else {
+    in.memory = device_memory(device);
+  }
+  mem_fraction_static = options.mem_fraction_static > 0
+                            ? options.mem_fraction_static
+                            : default_mem_fraction_static(device.is_cuda());
+  in.mem_fraction_static = mem_fraction_static;
+  in.requested_tokens = options.max_total_tokens;
+  in.bytes_per_token =
+      KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype);
+  in.block_size = options.kv_block_size;
+  // No sequence reserves more than the context: more than this many tokens is never used.
+  const int64_t per_request = (context_length + in.block_size - 1) / in.block_size * in.block_size;
+  in.max_useful_tokens = per_request > INT64_MAX / options.max_running_requests
+                             ? INT64_MAX / 2
+                             : per_request * options.max_running_requests;
+  in.dtype = dtype_name(dtype);
+  auto budget = plan_kv_cache(in);
+  cache_bytes = budget.bytes;
+  return budget;
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOptions& options) {
@@ -84,9 +119,14 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   impl->model_path = hf_dir;
   FURLONG_CHECK(options.kv_block_size > 0, "engine: kv_block_size must be positive, got ",
                 options.kv_block_size);
-  FURLONG_CHECK(options.max_total_tokens >= options.kv_block_size,
-                "engine: max_total_tokens must hold at least one KV block (", options.kv_block_size,
-                " tokens), got ", options.max_total_tokens);
+  FURLONG_CHECK(options.max_total_tokens == 0 || options.max_total_tokens >= options.kv_block_size,
+                "engine: --max-total-tokens must be 0 (size from memory) or hold at least one KV "
+                "block (",
+                options.kv_block_size, " tokens), got ", options.max_total_tokens);
+  FURLONG_CHECK(options.mem_fraction_static >= 0 && options.mem_fraction_static <= 1,
+                "engine: --mem-fraction-static must be in [0, 1] (0 = the device default), got ",
+                options.mem_fraction_static);
+  FURLONG_CHECK(options.test_memory_bytes >= 0, "engine: test_memory_bytes must be >= 0");
   FURLONG_CHECK(options.max_running_requests > 0,
                 "engine: max_running_requests must be positive, got ",
                 options.max_running_requests);
@@ -96,7 +136,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
   impl->device = choose_device(options.device);
   models::LoadOptions load;
-  if (!options.dtype.empty()) load.dtype = parse_dtype(options.dtype, "engine dtype");
+  load.auto_dtype = options.dtype == "auto";
+  if (!options.dtype.empty() && !load.auto_dtype) {
+    load.dtype = parse_dtype(options.dtype, "engine dtype");
+  }
   load.device = impl->device;
   {
     c10::InferenceMode guard;
@@ -111,16 +154,18 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   const auto& cfg = impl->model->config();
   impl->context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
-  int64_t blocks = options.max_total_tokens / options.kv_block_size +
-                   (options.max_total_tokens % options.kv_block_size != 0);  // no overflow
+  const auto budget = impl->plan_cache_memory();
   impl->cache = std::make_unique<KvCache>(
-      cfg.num_hidden_layers, blocks, options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
-      at::TensorOptions().dtype(impl->dtype).device(impl->device));
+      cfg.num_hidden_layers, budget.num_blocks, options.kv_block_size, cfg.num_key_value_heads,
+      cfg.head_dim, at::TensorOptions().dtype(impl->dtype).device(impl->device));
+  const int64_t blocks = budget.num_blocks;
   Impl* raw = impl.get();
   impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
   LOG_INFO("engine: loaded ", cfg.architecture, " from ", hf_dir, " (", dtype_name(impl->dtype),
-           ", ", impl->device.str(), ", KV cache ", blocks, " blocks of ", options.kv_block_size,
-           " tokens)");
+           ", ", impl->device.str(), ")");
+  LOG_INFO("engine: KV cache ", blocks * options.kv_block_size, " tokens (", blocks, " blocks of ",
+           options.kv_block_size, ", ", format_gb(budget.bytes), ", ",
+           budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens", ")");
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -161,7 +206,12 @@ Json Engine::model_info() const {
               {"num_hidden_layers", cfg.num_hidden_layers},
               {"eos_token_ids", impl_->eos_ids},
               {"kv_block_size", impl_->options.kv_block_size},
-              {"max_total_tokens", impl_->cache->num_blocks() * impl_->cache->block_size()},
+              {"max_total_tokens", impl_->cache->capacity_tokens()},
+              {"kv_cache_bytes", impl_->cache_bytes},
+              {"mem_fraction_static", impl_->mem_fraction_static},
+              {"prefix_sharing", impl_->options.prefix_sharing},
+              {"prefix_shared_tokens", impl_->prefix_shared_tokens},
+              {"chunked_prefill_size", impl_->options.chunked_prefill_size},
               {"max_running_requests", impl_->options.max_running_requests}};
 }
 
@@ -199,7 +249,7 @@ void Engine::Impl::validate(const GenerateRequest& r) const {
                 "generate: prompt + "
                 "max_new_tokens = ",
                 total, " tokens exceeds the KV cache (", capacity,
-                " tokens; raise max_total_tokens)");
+                " tokens; raise --max-total-tokens or --mem-fraction-static)");
 }
 
 RequestId Engine::submit(GenerateRequest request, DoneCallback on_done, TokenCallback on_tokens) {
@@ -290,179 +340,8 @@ int64_t Engine::num_running() const {
   return static_cast<int64_t>(impl_->live.size());
 }
 
-// ---------------------------------------------------------------------------------------------
-// The scheduler
-
-void Engine::Impl::scheduler_loop() {
-  c10::InferenceMode guard;
-  std::unique_lock<std::mutex> lock(mu);
-  while (true) {
-    cv.wait(lock, [&] { return stopping || !abort_requested.empty() || can_step(); });
-    auto finished = take_aborts();
-    bool run = can_step();
-    if (stopping && finished.empty() && !run) break;
-    if (run) in_step = true;
-    lock.unlock();
-    if (run) {
-      try {
-        auto done = step();
-        finished.insert(finished.end(), done.begin(), done.end());
-      } catch (const std::exception& e) {
-        // Failures of one sequence are handled inside step(); this is a failure of the step
-        // itself (e.g. the weights are gone), which no running request can survive.
-        LOG_ERROR("engine step failed: ", e.what(), "; aborting the running requests");
-        std::lock_guard<std::mutex> g(mu);
-        for (const auto& s : running) {
-          s->error = e.what();
-          abort_requested.insert(s->id);
-        }
-      }
-    }
-    for (const auto& s : finished) {
-      if (!s->error.empty()) {
-        s->out.error = s->error;
-        std::lock_guard<std::mutex> g(mu);
-        step_errors[s->id] = s->error;
-      }
-      if (s->on_done) s->on_done(s->id, std::move(s->out));
-      if (!s->error.empty()) {
-        std::lock_guard<std::mutex> g(mu);
-        step_errors.erase(s->id);
-      }
-    }
-    lock.lock();
-    in_step = false;
-    idle_cv.notify_all();
-  }
-}
-
-std::vector<std::shared_ptr<Sequence>> Engine::Impl::take_aborts() {
-  std::vector<std::shared_ptr<Sequence>> finished;
-  if (abort_requested.empty()) return finished;
-  auto aborted = [&](const std::shared_ptr<Sequence>& s) {
-    if (!abort_requested.count(s->id)) return false;
-    s->out.finish_reason = FinishReason::kAbort;
-    if (!s->blocks.empty()) cache->free(s->blocks);
-    s->blocks.clear();
-    live.erase(s->id);
-    finished.push_back(s);
-    return true;
-  };
-  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), aborted), waiting.end());
-  running.erase(std::remove_if(running.begin(), running.end(), aborted), running.end());
-  abort_requested.clear();
-  return finished;
-}
-
-// Moves waiting requests into running, first come first served, while the batch has room and
-// the cache can reserve each one's prompt + max_new_tokens slots (no preemption needed).
-// Called with mu held.
-void Engine::Impl::admit() {
-  while (!waiting.empty() && static_cast<int64_t>(running.size()) < options.max_running_requests) {
-    auto& s = waiting.front();
-    int64_t reserve = s->prompt_len + s->sampling.max_new_tokens;
-    auto blocks = cache->allocate(std::max<int64_t>(reserve, 1));
-    if (!blocks) break;
-    s->blocks = std::move(*blocks);
-    s->slots = cache->slots_for(s->blocks, std::max<int64_t>(reserve, 1));
-    running.push_back(std::move(s));
-    waiting.pop_front();
-  }
-}
-
-void Engine::Impl::check_weights_present() const {
-  FURLONG_CHECK(!weights_released,
-                "engine: weights were released (release_memory with weights) and not all "
-                "refilled by a weight update; cannot generate");
-}
-
-// Admits waiting requests, then picks this step's sequences: every decode, and prompts while
-// the prefill budget lasts (at least one per step).
-std::vector<std::shared_ptr<Sequence>> Engine::Impl::select_batch() {
-  std::lock_guard<std::mutex> lock(mu);
-  admit();
-  std::vector<std::shared_ptr<Sequence>> batch;
-  int64_t prefill_budget = options.max_prefill_tokens;
-  for (const auto& s : running) {
-    int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
-    if (s->num_cached == 0) {
-      if (n > prefill_budget && prefill_budget < options.max_prefill_tokens) continue;
-      prefill_budget -= n;
-    }
-    batch.push_back(s);
-  }
-  return batch;
-}
-
-void Engine::Impl::fail_sequence(Sequence& s, const std::string& why) {
-  LOG_ERROR("engine: request ", s.id, " failed and is ended alone: ", why);
-  std::lock_guard<std::mutex> lock(mu);
-  s.error = why;
-  abort_requested.insert(s.id);
-  cv.notify_all();
-}
-
-std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
-  check_weights_present();
-  auto batch = select_batch();
-  std::vector<std::shared_ptr<Sequence>> finished;
-  std::vector<std::shared_ptr<Sequence>> to_run;
-  for (const auto& s : batch) {
-    if (s->sampling.max_new_tokens == 0) {
-      finish(s, FinishReason::kLength);
-      finished.push_back(s);
-    } else if (s->slots.numel() < static_cast<int64_t>(s->tokens.size())) {
-      // Never write K/V outside the request's own reservation.
-      fail_sequence(*s, "its KV-cache reservation (" + std::to_string(s->slots.numel()) +
-                            " slots) does not cover its " + std::to_string(s->tokens.size()) +
-                            " tokens");
-    } else {
-      to_run.push_back(s);
-    }
-  }
-  if (!to_run.empty()) advance_isolating_failures(to_run);
-  std::vector<std::shared_ptr<Sequence>> completed;
-  for (const auto& s : to_run) {
-    if (s->finished) completed.push_back(s);
-  }
-  if (options.exact_logprobs && !completed.empty()) recompute_isolating_failures(completed);
-  finished.insert(finished.end(), completed.begin(), completed.end());
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& s : finished) {
-    if (!s->blocks.empty()) cache->free(s->blocks);
-    s->blocks.clear();
-    live.erase(s->id);
-    abort_requested.erase(s->id);
-  }
-  running.erase(
-      std::remove_if(running.begin(), running.end(),
-                     [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
-      running.end());
-  return finished;
-}
-
-void Engine::Impl::advance_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs) {
-  std::vector<int64_t> chosen;
-  std::vector<float> logprobs;
-  try {
-    std::tie(chosen, logprobs) = forward_and_sample(seqs);
-  } catch (const std::exception& e) {
-    if (seqs.size() == 1) return fail_sequence(*seqs[0], e.what());
-    LOG_WARN("engine: a step over ", seqs.size(), " requests failed (", e.what(),
-             "); running each alone to find the failing ones");
-    for (const auto& s : seqs) advance_isolating_failures({s});
-    return;
-  }
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    auto& s = *seqs[i];
-    try {
-      s.num_cached = static_cast<int64_t>(s.tokens.size());
-      append_token(s, chosen[i], logprobs[i]);
-    } catch (const std::exception& e) {  // e.g. its token callback threw
-      fail_sequence(s, e.what());
-    }
-  }
-}
+// The scheduler (scheduler_loop, admission, prefix sharing, chunked prefill, steps) is in
+// engine_schedule.cpp; below: the forward pass, sampling and log-probs of one step.
 
 std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sample(
     const std::vector<std::shared_ptr<Sequence>>& seqs) {

@@ -101,16 +101,31 @@ struct GenerateOutput {
 using RequestId = int64_t;
 
 struct EngineOptions {
-  std::string dtype;                         // "" = the checkpoint's torch_dtype
+  // "auto": the checkpoint's torch_dtype where the device computes it natively, else float32
+  // (core/dtype.h, resolve_auto_dtype); "" = the checkpoint's torch_dtype as it is.
+  std::string dtype = "auto";
   std::string device;                        // "" = cuda if available, else cpu
   std::string attn_implementation = "sdpa";  // the trainer's --attn-implementation names
   bool fused_kernels = true;
-  int64_t kv_block_size = 16;        // tokens per KV-cache block
-  int64_t max_total_tokens = 65536;  // KV-cache capacity in tokens (all running sequences)
+  int64_t kv_block_size = 16;  // tokens per KV-cache block
+  // KV-cache capacity in tokens over all running sequences; 0 = sized from the memory
+  // (engine/kv_budget.h). An explicit value must fit in the memory free after the weights.
+  int64_t max_total_tokens = 0;
+  // SGLang's --mem-fraction-static: the share of the device's memory the weights and the KV
+  // cache may take together; 0 = the device default (0.7 on CPU, 0.85 on CUDA).
+  double mem_fraction_static = 0;
+  // Test only: size as if the device had this many bytes, all free before the weights (> 0).
+  int64_t test_memory_bytes = 0;
   int64_t max_running_requests = 256;
   int64_t max_prefill_tokens = 8192;  // prompt tokens prefilled per scheduler step
-  int64_t context_length = 0;         // 0 = the model's max_position_embeddings
-  int64_t num_threads = 0;            // 0 = libtorch's default
+  // Prompts longer than this are prefilled in chunks of this many tokens, one chunk per step,
+  // beside the decodes (SGLang's --chunked-prefill-size); 0 or less = never chunk.
+  int64_t chunked_prefill_size = 8192;
+  // Requests admitted with the same prompt ids share its KV blocks and one prefill (the n
+  // samples of a GRPO prompt); outputs are bit-identical to unshared ones.
+  bool prefix_sharing = true;
+  int64_t context_length = 0;  // 0 = the model's max_position_embeddings
+  int64_t num_threads = 0;     // 0 = libtorch's default
   // Report log-probs bit-identical to the trainer's recomputation: when a request finishes, its
   // prompt + output is run once more through the trainer's full-sequence forward
   // (CausalLM::forward_hidden + token_logprobs) and those values replace the decode-time ones

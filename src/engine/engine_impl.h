@@ -18,6 +18,7 @@
 
 #include "dist/process_group.h"
 #include "engine/engine.h"
+#include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "models/causal_lm.h"
 #include "tokenizer/tokenizer.h"
@@ -60,6 +61,9 @@ struct Engine::Impl {
   models::ForwardOptions forward;
   int64_t context_length = 0;
   std::unique_ptr<KvCache> cache;
+  int64_t cache_bytes = 0;         // of the K/V pools (model_info)
+  double mem_fraction_static = 0;  // the fraction used (the option or the device default)
+  KvBudget plan_cache_memory();    // at load, after the weights (engine.cpp)
   std::unique_ptr<dist::ProcessGroups> weight_group;
 
   // ---- shared state (guarded by mu) ----
@@ -90,9 +94,36 @@ struct Engine::Impl {
   std::vector<std::shared_ptr<Sequence>> take_aborts();
   void admit();
   std::vector<std::shared_ptr<Sequence>> step();
-  std::vector<std::shared_ptr<Sequence>> select_batch();
+
+  // ---- prefix sharing and chunked prefill (engine_schedule.cpp; scheduler thread only) ----
+  struct PrefixGroup {  // requests admitted with one prompt, until the leader has prefilled it
+    std::shared_ptr<Sequence> leader;
+    std::vector<std::shared_ptr<Sequence>> followers;
+    int64_t weight_version = 0;  // at admission: never shared across weight versions
+  };
+  std::unordered_map<RequestId, PrefixGroup> prefix_groups;  // by leader id
+  std::unordered_map<RequestId, RequestId> leader_of;        // pending follower -> its leader
+  int64_t prefix_shared_tokens = 0;  // prompt tokens followers did not prefill (model_info)
+  struct StepPlan {
+    std::vector<std::shared_ptr<Sequence>> batch;  // sampled this step (followers behind leaders)
+    std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> chunks;  // (sequence, tokens)
+  };
+  StepPlan plan_step();
+  bool reserve(const std::shared_ptr<Sequence>& s);
+  PrefixGroup* group_to_join(const Sequence& s);
+  void repair_prefix_groups();
+  void prefill_chunks(const std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>>& chunks);
+  void fail_with_followers(Sequence& s, const std::string& why);
+  std::vector<std::vector<std::shared_ptr<Sequence>>> sharing_units(
+      const std::vector<std::shared_ptr<Sequence>>& seqs) const;
+  std::pair<std::vector<int64_t>, std::vector<float>> forward_with_followers(
+      const std::vector<std::shared_ptr<Sequence>>& seqs);
+  void finish_sharing(const std::vector<std::shared_ptr<Sequence>>& seqs,
+                      std::vector<std::pair<Sequence*, at::Tensor>>& riding);
+
   // Runs `seqs` through one forward pass and appends their next tokens. When the pass fails,
-  // each sequence is retried alone, so a failure ends only the sequences it belongs to.
+  // each sequence (with the followers riding on its prefill) is retried alone, so a failure
+  // ends only the sequences it belongs to.
   void advance_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs);
   // The forward pass and sampling of advance(): throws with no sequence changed.
   std::pair<std::vector<int64_t>, std::vector<float>> forward_and_sample(

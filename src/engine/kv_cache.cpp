@@ -1,6 +1,7 @@
 #include "engine/kv_cache.h"
 
 #include <ATen/ATen.h>
+#include <sys/mman.h>
 
 #include "core/error.h"
 
@@ -17,15 +18,37 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
   FURLONG_CHECK(block_size > 0, "kv cache: block size must be positive, got ", block_size);
   FURLONG_CHECK(num_blocks > 0, "kv cache: needs at least one block");
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  refs_.assign(num_blocks, 0);
   rebuild();
+}
+
+int64_t KvCache::bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t head_dim,
+                                 c10::ScalarType dtype) {
+  return 2 * num_layers * kv_heads * head_dim * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+// One [S, K, H] pool, uninitialized. On CPU a private anonymous mapping: its pages are
+// allocated (zeroed by the kernel) on first write, so unwritten capacity is not resident, and
+// no allocator cache can hand back pages another tensor already touched.
+at::Tensor KvCache::fresh_pool() const {
+  const std::vector<int64_t> shape{num_blocks_ * block_size_, kv_heads_, head_dim_};
+  if (!options_.device().is_cpu()) return at::empty(shape, options_);
+  const size_t bytes = static_cast<size_t>(shape[0] * shape[1] * shape[2]) *
+                       c10::elementSize(c10::typeMetaToScalarType(options_.dtype()));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  FURLONG_CHECK(p != MAP_FAILED, "kv cache: cannot map ", bytes,
+                " bytes for a layer's pool; lower --max-total-tokens or --mem-fraction-static");
+  return at::from_blob(
+      p, shape, [bytes](void* ptr) { munmap(ptr, bytes); }, options_);
 }
 
 void KvCache::rebuild() {
   k_.clear();
   v_.clear();
   for (int64_t l = 0; l < num_layers_; ++l) {
-    k_.push_back(at::zeros({num_blocks_ * block_size_, kv_heads_, head_dim_}, options_));
-    v_.push_back(at::zeros({num_blocks_ * block_size_, kv_heads_, head_dim_}, options_));
+    k_.push_back(fresh_pool());
+    v_.push_back(fresh_pool());
   }
   released_ = false;
 }
@@ -38,20 +61,30 @@ void KvCache::release() {
   released_ = true;
 }
 
-std::optional<std::vector<int64_t>> KvCache::allocate(int64_t tokens) {
-  int64_t need = blocks_for(tokens);
-  if (need > num_free_blocks()) return std::nullopt;
+std::optional<std::vector<int64_t>> KvCache::allocate_blocks(int64_t count) {
+  if (count > num_free_blocks()) return std::nullopt;
   std::vector<int64_t> blocks;
-  blocks.reserve(need);
-  for (int64_t i = 0; i < need; ++i) {
+  blocks.reserve(count);
+  for (int64_t i = 0; i < count; ++i) {
     blocks.push_back(free_.back());
     free_.pop_back();
+    refs_[blocks.back()] = 1;
   }
   return blocks;
 }
 
+void KvCache::share(const std::vector<int64_t>& blocks) {
+  for (int64_t b : blocks) {
+    FURLONG_ASSERT(refs_[b] > 0, "kv cache: sharing block ", b, ", which is free");
+    ++refs_[b];
+  }
+}
+
 void KvCache::free(const std::vector<int64_t>& blocks) {
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) free_.push_back(*it);
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    FURLONG_ASSERT(refs_[*it] > 0, "kv cache: freeing block ", *it, ", which is free");
+    if (--refs_[*it] == 0) free_.push_back(*it);
+  }
 }
 
 at::Tensor KvCache::slots_for(const std::vector<int64_t>& blocks, int64_t tokens) const {
@@ -63,6 +96,14 @@ at::Tensor KvCache::slots_for(const std::vector<int64_t>& blocks, int64_t tokens
     s[p] = blocks[p / block_size_] * block_size_ + p % block_size_;
   }
   return slots.to(options_.device());
+}
+
+void KvCache::copy_slots(const at::Tensor& from, const at::Tensor& to) {
+  if (from.numel() == 0) return;
+  for (int64_t l = 0; l < num_layers_; ++l) {
+    k_[l].index_copy_(0, to, k_[l].index_select(0, from));
+    v_[l].index_copy_(0, to, v_[l].index_select(0, from));
+  }
 }
 
 }  // namespace furlong::engine

@@ -2,6 +2,15 @@
 // `block_size` token slots each ([num_blocks * block_size, K, H], addressed by slot index =
 // block * block_size + offset). A sequence owns a list of blocks (its block table); token
 // position p of the sequence lives in slot table[p / block_size] * block_size + p % block_size.
+//
+// Blocks are reference-counted: the samples of one prompt share the prompt's full blocks
+// (engine_schedule.cpp, prefix sharing). allocate() hands out blocks with one reference,
+// share() adds one, free() drops one; a block is free again when its last reference goes, so
+// a shared block is counted once in num_free_blocks().
+//
+// Memory: the pools are allocated uninitialized (never zero-filled); on CPU as fresh anonymous
+// pages, so capacity no sequence has written costs no resident memory. Readers only read slots
+// their sequence wrote (paged_forward.cpp pads its decode gather with the sequence's own slot 0).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,17 +27,33 @@ class KvCache {
   KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
           int64_t head_dim, const c10::TensorOptions& options);
 
+  // Bytes of K and V over all layers for one token slot.
+  static int64_t bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t head_dim,
+                                 c10::ScalarType dtype);
+
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  int64_t capacity_tokens() const { return num_blocks_ * block_size_; }
   int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size()); }
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  int64_t references(int64_t block) const { return refs_[block]; }
 
-  // Blocks for `tokens` token slots, or nullopt when not enough are free (nothing taken).
-  std::optional<std::vector<int64_t>> allocate(int64_t tokens);
+  // Blocks for `tokens` token slots (one reference each), or nullopt when not enough are free
+  // (nothing taken).
+  std::optional<std::vector<int64_t>> allocate_tokens(int64_t tokens) {
+    return allocate_blocks(blocks_for(tokens));
+  }
+  std::optional<std::vector<int64_t>> allocate_blocks(int64_t count);
+  std::optional<std::vector<int64_t>> allocate(int64_t tokens) { return allocate_tokens(tokens); }
+  // One more reference to each of `blocks` (all held already).
+  void share(const std::vector<int64_t>& blocks);
+  // Drops one reference to each of `blocks`; blocks left with none are free.
   void free(const std::vector<int64_t>& blocks);
 
   // Slot index of every position 0..tokens-1 under a block table (int64 [tokens]).
   at::Tensor slots_for(const std::vector<int64_t>& blocks, int64_t tokens) const;
+  // Copies K and V of slots `from` to slots `to` in every layer (bit-exact).
+  void copy_slots(const at::Tensor& from, const at::Tensor& to);
 
   at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H], S = num_blocks * block_size
   at::Tensor& v(int64_t layer) { return v_[layer]; }
@@ -39,10 +64,13 @@ class KvCache {
   bool released() const { return released_; }
 
  private:
+  at::Tensor fresh_pool() const;
+
   int64_t num_layers_, num_blocks_, block_size_, kv_heads_, head_dim_;
   c10::TensorOptions options_;
   std::vector<at::Tensor> k_, v_;
   std::vector<int64_t> free_;  // a stack: lowest block ids handed out first
+  std::vector<int32_t> refs_;  // references per block (0 = free)
   bool released_ = false;
 };
 
