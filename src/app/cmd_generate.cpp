@@ -7,7 +7,9 @@
 // ("stop" | "length" | "abort"), "prompt_tokens"}.
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include "app/common.h"
 #include "core/jsonl.h"
@@ -93,6 +95,54 @@ void validate(const GenerateOptions& o) {
   FURLONG_CHECK(o.seed >= 0, "--seed must be >= 0, got ", o.seed);
 }
 
+// Runs every request and waits, with a progress bar over output tokens (tokens/s and an ETA;
+// the total is the sum of max_new_tokens, so the ETA is an upper bound when samples stop
+// early) and finished samples as its postfix. Callbacks run on the engine's scheduler thread,
+// the only one that touches the bar until all are done.
+std::vector<engine::GenerateOutput> generate_with_progress(
+    engine::Engine& eng, const std::vector<engine::GenerateRequest>& requests) {
+  int64_t budget = 0;
+  for (const auto& r : requests) budget += r.sampling.max_new_tokens;
+  ProgressBar progress("generate", budget, "tok");
+  std::vector<engine::GenerateOutput> outputs(requests.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::string error;
+  auto submit_one = [&](size_t i) {
+    eng.submit(
+        requests[i],
+        [&, i](engine::RequestId, engine::GenerateOutput out) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!out.error.empty() && error.empty()) error = out.error;
+          outputs[i] = std::move(out);
+          ++done;
+          progress.set_postfix(std::to_string(done) + "/" + std::to_string(requests.size()) +
+                               " samples");
+          cv.notify_all();
+        },
+        [&](engine::RequestId, const std::vector<int64_t>& ids, const std::vector<float>&) {
+          progress.advance(static_cast<int64_t>(ids.size()));
+        });
+  };
+  size_t submitted = 0;
+  auto wait_for = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == n; });
+  };
+  try {
+    for (; submitted < requests.size(); ++submitted) submit_one(submitted);
+  } catch (...) {  // a request the engine rejects: end the others before the callbacks dangle
+    eng.abort_all();
+    wait_for(submitted);
+    throw;
+  }
+  wait_for(requests.size());
+  progress.finish();
+  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);
+  return outputs;
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& args) {
@@ -137,13 +187,7 @@ int run_generate(const std::vector<std::string>& args) {
   }
   LOG_INFO("generating ", requests.size(), " samples for ", rows.size(), " prompts");
   auto start = std::chrono::steady_clock::now();
-  ProgressBar progress("generate", static_cast<int64_t>(requests.size()), "seq");
-  int64_t reported = 0;
-  auto outputs = eng->generate(requests, [&](int64_t done, int64_t) {
-    progress.advance(done - reported);
-    reported = done;
-  });
-  progress.finish();
+  auto outputs = generate_with_progress(*eng, requests);
   JsonlWriter writer(o.output);
   int64_t generated = 0;
   for (size_t k = 0; k < outputs.size(); ++k) {

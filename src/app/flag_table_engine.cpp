@@ -6,7 +6,9 @@ namespace furlong::app {
 
 void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
   f.set_group("Engine");
-  f.add("dtype", &e.dtype, "compute dtype: float32 or bfloat16 (default: the checkpoint's)");
+  f.add("dtype", &e.dtype,
+        "compute dtype: auto (the checkpoint's where the hardware computes it natively, else "
+        "float32), float32 or bfloat16");
   f.add("device", &e.device, "cpu or cuda[:i] (default: cuda if available, else cpu)");
   f.add("attn-implementation", &e.attn_implementation,
         "attention path: sdpa (fused kernel) or eager (plain math reference)")
@@ -16,9 +18,19 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
   f.add("kv-block-size", &e.kv_block_size, "tokens per KV-cache block");
   f.add("max-total-tokens", &e.max_total_tokens,
         "KV-cache capacity in tokens over all running requests (each request reserves "
-        "prompt + max-new-tokens when admitted)");
+        "prompt + max-new-tokens when admitted); 0 = as many as --mem-fraction-static allows. "
+        "An explicit value must fit in the memory free after the weights");
+  f.add("mem-fraction-static", &e.mem_fraction_static,
+        "share of the device's memory for the weights plus the KV cache, as in SGLang; the "
+        "cache also leaves (1 - fraction) of the total free (0 = 0.7 on CPU, 0.85 on CUDA)");
   f.add("max-running-requests", &e.max_running_requests, "requests decoded together at most");
   f.add("max-prefill-tokens", &e.max_prefill_tokens, "prompt tokens prefilled per step");
+  f.add("chunked-prefill-size", &e.chunked_prefill_size,
+        "prefill longer prompts in chunks of this many tokens, one chunk per step beside the "
+        "decodes (<= 0: never chunk)");
+  f.add("prefix-sharing", &e.prefix_sharing,
+        "requests with the same prompt share its KV blocks and one prefill (outputs are "
+        "bit-identical; --no-prefix-sharing turns it off, like SGLang's --disable-radix-cache)");
   f.add("context-length", &e.context_length,
         "max prompt + generated tokens (0 = the model's max_position_embeddings)");
   f.add("num-threads", &e.num_threads, "CPU threads for tensor math (0 = libtorch default)");

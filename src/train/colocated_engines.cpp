@@ -26,6 +26,7 @@ class ColocatedEngines : public RolloutEngines {
     eo.attn_implementation = options.model.attn_implementation;
     eo.fused_kernels = options.model.fused_kernels;
     eo.max_total_tokens = options.rollout.engine_max_total_tokens;
+    eo.mem_fraction_static = options.rollout.engine_mem_fraction_static;
     eo.exact_logprobs = options.rollout.engine_exact_logprobs;
     eo.num_threads = options.rollout.engine_num_threads;
     engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);

@@ -122,7 +122,7 @@ struct RolloutOptions {
   bool colocate = false;
   int64_t rollout_num_engines = 1;
   std::vector<std::string> rollout_engine_urls;
-  int64_t engine_max_total_tokens = 0;   // 0 = sized from engine_mem_fraction_static
+  int64_t engine_max_total_tokens = 0;    // 0 = sized from engine_mem_fraction_static
   double engine_mem_fraction_static = 0;  // 0 = the engine default (0.7 CPU, 0.85 CUDA)
   int64_t engine_num_threads = 0;
   double engine_startup_timeout = 300.0;  // seconds an engine server may take to be healthy

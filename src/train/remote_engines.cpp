@@ -64,6 +64,10 @@ class ServerProcess {
               "--attn-implementation",
               o.model.attn_implementation,
               o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
+    if (o.rollout.engine_mem_fraction_static > 0) {
+      c.argv.push_back("--mem-fraction-static");
+      c.argv.push_back(std::to_string(o.rollout.engine_mem_fraction_static));
+    }
     if (o.rollout.engine_num_threads > 0) {
       c.argv.push_back("--num-threads");
       c.argv.push_back(std::to_string(o.rollout.engine_num_threads));
