@@ -6,6 +6,7 @@
 #include "common/test_util.h"
 #include "core/digest.h"
 #include "engine/engine.h"
+#include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
 #include "engine/weight_sync.h"
@@ -124,6 +125,91 @@ TEST(KvCache, AllocatesBlocksAndSlots) {
   EXPECT_TRUE(cache.released());
   cache.rebuild();
   EXPECT_EQ(cache.k(1).size(0), 12);
+}
+
+TEST(EngineKvCache, SharedBlocksAreCountedOnceAndFreedByTheLastOwner) {
+  KvCache cache(1, 6, 4, 1, 2, at::kFloat);
+  auto leader = cache.allocate_tokens(10);  // 3 blocks
+  ASSERT_TRUE(leader);
+  std::vector<int64_t> shared(leader->begin(), leader->begin() + 2);
+  cache.share(shared);  // a follower's reference to the two full prompt blocks
+  auto own = cache.allocate_blocks(1);
+  ASSERT_TRUE(own);
+  EXPECT_EQ(cache.num_free_blocks(), 2);  // 3 + 1 taken, the shared two counted once
+  EXPECT_EQ(cache.references(shared[0]), 2);
+  cache.free(*leader);  // the leader ends first: the shared blocks stay with the follower
+  EXPECT_EQ(cache.num_free_blocks(), 3);
+  EXPECT_EQ(cache.references(shared[1]), 1);
+  EXPECT_FALSE(cache.allocate_blocks(4));
+  std::vector<int64_t> follower = shared;
+  follower.push_back((*own)[0]);
+  cache.free(follower);
+  EXPECT_EQ(cache.num_free_blocks(), 6);
+  for (int64_t b = 0; b < 6; ++b) EXPECT_EQ(cache.references(b), 0);
+  cache.release();  // every block free again
+}
+
+TEST(EngineKvCache, CopySlotsIsBitExact) {
+  KvCache cache(2, 2, 4, 1, 3, at::kFloat);
+  auto values = at::randn({2, 1, 3});
+  auto from = at::tensor({1, 2}, at::kLong), to = at::tensor({5, 6}, at::kLong);
+  for (int64_t l = 0; l < 2; ++l) {
+    cache.k(l).index_copy_(0, from, values * (l + 1));
+    cache.v(l).index_copy_(0, from, values * (l + 3));
+  }
+  cache.copy_slots(from, to);
+  for (int64_t l = 0; l < 2; ++l) {
+    EXPECT_TRUE(at::equal(cache.k(l).index_select(0, to), values * (l + 1)));
+    EXPECT_TRUE(at::equal(cache.v(l).index_select(0, to), values * (l + 3)));
+  }
+}
+
+KvBudgetInput budget_input(int64_t total, int64_t available, int64_t weights) {
+  KvBudgetInput in;
+  in.memory = {total, available};
+  in.weight_bytes = weights;
+  in.mem_fraction_static = 0.5;
+  in.bytes_per_token = 1000;
+  in.block_size = 16;
+  in.max_useful_tokens = int64_t{1} << 40;
+  in.dtype = "float32";
+  return in;
+}
+
+TEST(EngineKvBudget, AutomaticSizeStaysWithinTheFractionAndTheFreeMemory) {
+  // 10 GB, all free, 1 GB of weights: min(5 - 1, 9 - 5) = 4 GB of cache.
+  auto b = plan_kv_cache(budget_input(10'000'000'000, 9'000'000'000, 1'000'000'000));
+  EXPECT_TRUE(b.automatic);
+  EXPECT_LE(b.bytes, 4'000'000'000);
+  EXPECT_GT(b.bytes, 4'000'000'000 - 16'000);  // within one block of the budget
+  // Another process holds 3 GB: the free memory bounds it (6 - 5 = 1 GB).
+  b = plan_kv_cache(budget_input(10'000'000'000, 6'000'000'000, 1'000'000'000));
+  EXPECT_LE(b.bytes, 1'000'000'000);
+  EXPECT_GT(b.bytes, 1'000'000'000 - 16'000);
+  // Never more than the running requests could reserve.
+  auto in = budget_input(10'000'000'000, 9'000'000'000, 1'000'000'000);
+  in.max_useful_tokens = 100;
+  EXPECT_EQ(plan_kv_cache(in).num_blocks, 7);
+}
+
+TEST(EngineKvBudget, TooLittleMemoryFailsNamingTheFlags) {
+  auto msg = error_of([] { plan_kv_cache(budget_input(1'000'000'000, 900'000'000, 600'000'000)); });
+  EXPECT_NE(msg.find("weights need 0.60 GB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--mem-fraction-static"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--dtype"), std::string::npos) << msg;
+  // Fits, but the free memory leaves nothing for the cache (another process holds it).
+  msg = error_of([] { plan_kv_cache(budget_input(10'000'000'000, 4'000'000'000, 1'000'000'000)); });
+  EXPECT_NE(msg.find("no memory is left for the KV cache"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--max-total-tokens"), std::string::npos) << msg;
+  // An explicit size larger than the free memory.
+  auto in = budget_input(10'000'000'000, 9'000'000'000, 1'000'000'000);
+  in.requested_tokens = 9'100'000;  // 9.1 GB
+  msg = error_of([&] { plan_kv_cache(in); });
+  EXPECT_NE(msg.find("--max-total-tokens 9100000 needs a KV cache of 9.10 GB"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("only 9.00 GB is available"), std::string::npos) << msg;
+  in.requested_tokens = 8'000'000;  // honoured even above the fraction's 4 GB
+  EXPECT_EQ(plan_kv_cache(in).num_blocks, 500'000);
 }
 
 TEST(Sampler, CandidatesApplyTopKTopPMinP) {
