@@ -13,6 +13,7 @@
 
 #include "bench_main.h"
 #include "config/flags.h"
+#include "core/error.h"
 #include "core/host_memory.h"
 #include "core/json_util.h"
 #include "engine/engine.h"
@@ -31,6 +32,8 @@ struct BenchOptions {
   int64_t threads = 0;
   int64_t warmup = 1;
   bool exact_logprobs = false;  // the engine's default
+  int64_t n_samples = 1;        // requests per distinct prompt (GRPO's n)
+  bool prefix_sharing = true;   // the engine's default
 };
 
 struct RunResult {
@@ -50,7 +53,7 @@ RunResult run_once(engine::Engine& eng, const BenchOptions& o, int64_t vocab) {
   for (int64_t b = 0; b < o.batch; ++b) {
     engine::GenerateRequest req;
     for (int64_t i = 0; i < o.prompt_len; ++i)
-      req.input_ids.push_back((b * 131 + i * 31 + 7) % vocab);
+      req.input_ids.push_back((b / o.n_samples * 131 + i * 31 + 7) % vocab);
     req.sampling.temperature = o.temperature;
     req.sampling.max_new_tokens = o.max_new_tokens;
     req.sampling.ignore_eos = true;
@@ -87,17 +90,25 @@ int run(const std::vector<std::string>& args) {
   flags.add("threads", &o.threads, "intra-op threads (0 = default)");
   flags.add("warmup", &o.warmup, "untimed runs first");
   flags.add("exact-logprobs", &o.exact_logprobs, "engine option exact_logprobs");
+  flags.add("n-samples", &o.n_samples,
+            "consecutive requests with the same prompt (GRPO's n; seeds differ)");
+  flags.add("prefix-sharing", &o.prefix_sharing,
+            "engine option prefix_sharing (same-prompt requests share one prefill)");
   if (!flags.parse(args)) return 0;
+  FURLONG_CHECK(o.n_samples >= 1, "--n-samples must be >= 1");
   engine::EngineOptions eo;
   eo.dtype = o.dtype;
   eo.device = "cpu";
   eo.num_threads = o.threads;
   eo.exact_logprobs = o.exact_logprobs;
+  eo.prefix_sharing = o.prefix_sharing;
   eo.max_total_tokens = std::max<int64_t>(65536, o.batch * (o.prompt_len + o.max_new_tokens));
   auto eng = engine::Engine::load(o.hf_checkpoint, eo);
   const int64_t vocab = eng->model().config().vocab_size;
   for (int64_t i = 0; i < o.warmup; ++i) run_once(*eng, o, vocab);
+  const int64_t shared_before = eng->model_info()["prefix_shared_tokens"].get<int64_t>();
   auto r = run_once(*eng, o, vocab);
+  const int64_t shared = eng->model_info()["prefix_shared_tokens"].get<int64_t>() - shared_before;
   double ttft_mean = 0, ttft_max = 0;
   for (double t : r.ttft) {
     ttft_mean += t / static_cast<double>(r.ttft.size());
@@ -111,6 +122,10 @@ int run(const std::vector<std::string>& args) {
               {"dtype", o.dtype},
               {"threads", at::get_num_threads()},
               {"exact_logprobs", o.exact_logprobs},
+              {"n_samples", o.n_samples},
+              {"prefix_sharing", o.prefix_sharing},
+              {"prefill_tokens", o.batch * o.prompt_len - shared},
+              {"prefill_tokens_saved", shared},
               {"seconds", r.seconds},
               {"output_tokens", r.output_tokens},
               {"output_tokens_per_s", static_cast<double>(r.output_tokens) / r.seconds},
