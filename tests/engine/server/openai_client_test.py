@@ -378,16 +378,28 @@ class SglangNative(unittest.TestCase):
             self.assertEqual(status, 400, (field, value))
             self.assertIn(field, reply["error"]["message"])
 
-    def test_penalties_reduce_repeats(self):
-        sp = {"max_new_tokens": 24, **GREEDY, **NO_EOS}
-        plain = generate([20, 21], sp)["output_ids"]
-        worst = max(plain.count(t) for t in set(plain))
-        if worst < 3:
-            self.skipTest("greedy output does not repeat: %s" % plain)
+    def test_penalties_lower_seen_tokens_before_sampling(self):
+        # Every penalty lowers the logits of tokens already generated. While greedy picks a
+        # token not seen before, it stays the argmax, so the tokens are the same and its
+        # log-prob can only rise (the competing seen tokens lost mass); the first step has
+        # nothing to penalize.
+        sp = {"max_new_tokens": 12, **GREEDY, **NO_EOS}
+        plain = generate([20, 21], sp, return_logprob=True)["meta_info"]["output_token_logprobs"]
         for extra in ({"frequency_penalty": 2.0}, {"presence_penalty": 2.0},
                       {"repetition_penalty": 2.0}):
-            out = generate([20, 21], dict(sp, **extra))["output_ids"]
-            self.assertNotEqual(out, plain, extra)
+            pen = generate([20, 21], dict(sp, **extra),
+                           return_logprob=True)["meta_info"]["output_token_logprobs"]
+            self.assertEqual(pen[0][1], plain[0][1], extra)
+            self.assertAlmostEqual(pen[0][0], plain[0][0], places=5)
+            rose = 0
+            for k in range(1, len(plain)):
+                seen = [t[1] for t in plain[:k]]
+                if pen[k - 1][1] != plain[k - 1][1] or plain[k][1] in seen:
+                    break
+                self.assertEqual(pen[k][1], plain[k][1], (extra, k))
+                self.assertGreaterEqual(pen[k][0], plain[k][0] - 1e-6, (extra, k))
+                rose += pen[k][0] > plain[k][0] + 1e-5
+            self.assertGreater(rose, 0, extra)
 
     def test_input_and_top_logprobs(self):
         prompt = [30, 31, 32, 33, 34]
