@@ -29,8 +29,8 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
         "prefill longer prompts in chunks of this many tokens, one chunk per step beside the "
         "decodes (<= 0: never chunk)");
   f.add("prefix-sharing", &e.prefix_sharing,
-        "requests with the same prompt share its KV blocks and one prefill (outputs are "
-        "bit-identical; --no-prefix-sharing turns it off, like SGLang's --disable-radix-cache)");
+        "requests with the same prompt share its KV blocks and one prefill (same tokens; "
+        "--no-prefix-sharing turns it off, like SGLang's --disable-radix-cache)");
   f.add("context-length", &e.context_length,
         "max prompt + generated tokens (0 = the model's max_position_embeddings)");
   f.add("num-threads", &e.num_threads, "CPU threads for tensor math (0 = libtorch default)");

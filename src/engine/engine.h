@@ -122,7 +122,8 @@ struct EngineOptions {
   // beside the decodes (SGLang's --chunked-prefill-size); 0 or less = never chunk.
   int64_t chunked_prefill_size = 8192;
   // Requests admitted with the same prompt ids share its KV blocks and one prefill (the n
-  // samples of a GRPO prompt); outputs are bit-identical to unshared ones.
+  // samples of a GRPO prompt); tokens equal unshared ones, log-probs to rounding (exact_logprobs:
+  // bit for bit). See engine_schedule.cpp.
   bool prefix_sharing = true;
   int64_t context_length = 0;  // 0 = the model's max_position_embeddings
   int64_t num_threads = 0;     // 0 = libtorch's default

@@ -10,8 +10,10 @@
 // it, so its first token is drawn from the leader's logits (same values, its own generator).
 // Afterwards the partial block's K/V slots are copied (bit-exact) into the follower's own
 // block and the group dissolves: every member decodes in its own blocks, and a shared block
-// is freed when its last owner ends. Outputs are therefore bit-identical to unshared runs in
-// which each sample's prompt was prefilled as the leader's was.
+// is freed when its last owner ends. Each follower thus computes what an unshared run computes
+// from bit-identical K/V and logits of its prompt; across runs the values still differ by
+// rounding, as the engine's GEMMs round a row differently with the number of rows in a pass
+// (tests/engine/engine_sharing_test.cpp).
 //
 // Groups live only between admission and the leader's final prefill step and are touched only
 // by the scheduler thread (admit and take_aborts run under mu, step outside it).
