@@ -54,16 +54,6 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-void expect_bit_identical(const std::vector<GenerateOutput>& a,
-                          const std::vector<GenerateOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].output_ids, b[i].output_ids) << "request " << i;
-    EXPECT_TRUE(same_bits(a[i].output_logprobs, b[i].output_logprobs)) << "request " << i;
-    EXPECT_EQ(a[i].finish_reason, b[i].finish_reason) << "request " << i;
-  }
-}
-
 // Equal tokens; decode-time log-probs within `tol`. Across two runs they are not bit-equal
 // even without sharing: the engine's GEMMs (MKL, the skinny decode kernel) round a row
 // differently with the number of rows in the pass, and a shared prefill has fewer rows. fp32
@@ -78,6 +68,19 @@ void expect_same_tokens(const std::vector<GenerateOutput>& a, const std::vector<
       EXPECT_NEAR(a[i].output_logprobs[t], b[i].output_logprobs[t], tol) << i << ":" << t;
     }
   }
+}
+
+// generate() with every request admitted before the first step (paused while they arrive), so
+// all samples of a prompt find their leader pending.
+std::vector<GenerateOutput> generate_together(Engine& engine,
+                                              const std::vector<GenerateRequest>& requests) {
+  engine.pause_generation();
+  auto outs = std::async(std::launch::async, [&] { return engine.generate(requests); });
+  while (engine.num_running() < static_cast<int64_t>(requests.size())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  engine.continue_generation();
+  return outs.get();
 }
 
 EngineOptions sharing(bool on, int64_t max_prefill_tokens = 8192) {
@@ -95,7 +98,7 @@ TEST_F(EngineKvSharing, SharedOutputsEqualUnshared) {
   auto prompts = random_prompts({9, 8, 3}, 97, 11);
   auto requests = grpo_requests(prompts, 4, 12);
   auto shared_engine = Engine::load(dir_->string(), sharing(true));
-  auto shared = shared_engine->generate(requests);
+  auto shared = generate_together(*shared_engine, requests);
   EXPECT_EQ(shared_engine->model_info()["prefix_shared_tokens"].get<int64_t>(), 3 * (9 + 8 + 3));
   auto unshared_engine = Engine::load(dir_->string(), sharing(false));
   auto unshared = unshared_engine->generate(requests);
@@ -113,7 +116,23 @@ TEST_F(EngineKvSharing, SharedOutputsEqualUnshared) {
   shared_engine->flush_cache();
   shared_engine->release_memory(false);
   shared_engine->resume_memory();
-  expect_bit_identical(shared_engine->generate(requests), shared);
+  expect_same_tokens(shared_engine->generate(requests), shared);
+}
+
+// Exact log-probs (the trainer's recomputation over the same tokens) are bit-identical with and
+// without sharing, 8 samples per prompt.
+TEST_F(EngineKvSharing, SharedEqualsUnsharedBitForBitWithExactLogprobs) {
+  auto prompts = random_prompts({13, 6}, 97, 12);
+  auto requests = grpo_requests(prompts, 8, 10);
+  auto on = sharing(true), off = sharing(false);
+  on.exact_logprobs = off.exact_logprobs = true;
+  auto shared = generate_together(*Engine::load(dir_->string(), on), requests);
+  auto unshared = generate_together(*Engine::load(dir_->string(), off), requests);
+  ASSERT_EQ(shared.size(), unshared.size());
+  for (size_t i = 0; i < shared.size(); ++i) {
+    EXPECT_EQ(shared[i].output_ids, unshared[i].output_ids) << i;
+    EXPECT_TRUE(same_bits(shared[i].output_logprobs, unshared[i].output_logprobs)) << i;
+  }
 }
 
 // A follower reserves only its own blocks: n samples of a 64-token prompt fit in a cache that
