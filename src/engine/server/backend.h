@@ -62,9 +62,9 @@ class EngineBackend {
 
   // Releasing the weights keeps a host copy when the backend was made with
   // keep_released_weights (the default), and resume_memory puts back every weight no update
-  // refilled meanwhile: release + resume then generates as before (SGLang's
-  // --enable-weights-cpu-backup). On the CPU the copy is the weights themselves, so releasing
-  // them frees nothing.
+  // refilled meanwhile: release + resume then generates as before (what SGLang's weights CPU
+  // backup option does). On the CPU the copy is the weights themselves, so releasing them frees
+  // nothing.
   virtual void release_memory(bool include_weights) = 0;
   virtual void resume_memory() = 0;
   virtual bool memory_released() const = 0;
