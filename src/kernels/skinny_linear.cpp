@@ -12,16 +12,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/target_clones.h"
 #include "kernels/vec_math.h"
-
-// Compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one per CPU (GCC function
-// multi-versioning), as in cpu_kernels.cpp.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FURLONG_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FURLONG_KERNEL
-#endif
-#define FURLONG_INLINE inline __attribute__((always_inline))
 
 namespace furlong::kernels {
 namespace {
