@@ -137,6 +137,12 @@ void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
 
 // SGLang sampling_params -> engine sampling + text options. Keys only about text rendering are
 // taken out here; the rest goes to the engine's strict parser.
+SamplingParams sample_sampling(const SamplingParams& params, int64_t j) {
+  SamplingParams sampling = params;
+  if (params.seed && j > 0) sampling.seed = *params.seed + static_cast<uint64_t>(j);
+  return sampling;
+}
+
 std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const std::string& where) {
   if (!json.is_object()) bad_request(where + " must be a JSON object");
   Json engine_json = json;
@@ -290,10 +296,7 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
     for (int64_t j = 0; j < n; ++j) {
       GenerateItem item;
       item.request.input_ids = prompts[i];
-      item.request.sampling = params;
-      // n samples with one seed would be n copies: sample j draws with seed + j.
-      if (params.seed && j > 0)
-        item.request.sampling.seed = *params.seed + static_cast<uint64_t>(j);
+      item.request.sampling = sample_sampling(params, j);
       item.text = text;
       item.rid = n == 1 ? rids[i] : rids[i] + "-" + std::to_string(j);
       item.prompt_index = i;

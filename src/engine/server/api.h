@@ -124,6 +124,9 @@ auto as_bad_request(Fn&& fn) -> decltype(fn()) {
 }
 // SGLang sampling_params -> engine sampling + text options (strict; errors are 400s).
 std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const std::string& where);
+// The sampling of sample j of an n-sample request: with a seed, sample j draws with seed + j
+// (one seed for all would make n copies).
+SamplingParams sample_sampling(const SamplingParams& params, int64_t j);
 // Non-empty, ids in the vocabulary, prompt + max_new_tokens within the context (400 otherwise).
 void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
                   const ModelLimits& limits, const std::string& where);

@@ -20,6 +20,16 @@ Json plain(const J& value, const std::string& where) {
   return parse_json(value.dump(), where);
 }
 
+// A top-log-probs count (completions' `logprobs`, chat's `top_logprobs`): [0, 20], as OpenAI.
+int64_t top_logprobs_count(const Json& value, const char* field, const std::string& where) {
+  auto count = as_bad_request([&] { return json_as<int64_t>(value, field, where); });
+  if (count < 0 || count > kMaxTopLogprobs) {
+    bad_request(where + ": '" + field + "' must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                "], got " + std::to_string(count));
+  }
+  return count;
+}
+
 // The field's value as plain JSON, or null when absent.
 template <typename J>
 Json field_of(const J& body, const char* field, const std::string& where) {
@@ -134,9 +144,7 @@ void add_items(OpenAiCall& call, std::vector<std::vector<int64_t>> prompts, cons
     for (int64_t j = 0; j < call.n; ++j) {
       GenerateItem item;
       item.request.input_ids = prompts[i];
-      item.request.sampling = params;
-      if (params.seed && j > 0)
-        item.request.sampling.seed = *params.seed + static_cast<uint64_t>(j);
+      item.request.sampling = sample_sampling(params, j);
       item.text = text;
       item.prompt_index = i;
       item.sample_index = static_cast<size_t>(j);
@@ -347,12 +355,7 @@ OpenAiCall parse_completion(const Json& body, const tokenizer::Tokenizer& tokeni
   call.echo = as_bad_request([&] { return json_get_or<bool>(body, "echo", false, where); });
   Json logprobs = field_of(body, "logprobs", where);
   if (!logprobs.is_null()) {
-    call.top_logprobs =
-        as_bad_request([&] { return json_as<int64_t>(logprobs, "logprobs", where); });
-    if (call.top_logprobs < 0 || call.top_logprobs > kMaxTopLogprobs) {
-      bad_request(where + ": 'logprobs' must be in [0, " + std::to_string(kMaxTopLogprobs) +
-                  "], got " + std::to_string(call.top_logprobs));
-    }
+    call.top_logprobs = top_logprobs_count(logprobs, "logprobs", where);
     call.logprobs = true;
   }
   if (call.stream && call.logprobs && (call.top_logprobs > 0 || call.echo)) {
@@ -417,12 +420,7 @@ OpenAiCall parse_chat_completion(const OrderedJson& body, const tokenizer::Token
   call.logprobs = as_bad_request([&] { return json_get_or<bool>(body, "logprobs", false, where); });
   Json top = field_of(body, "top_logprobs", where);
   if (!top.is_null()) {
-    call.top_logprobs =
-        as_bad_request([&] { return json_as<int64_t>(top, "top_logprobs", where); });
-    if (call.top_logprobs < 0 || call.top_logprobs > kMaxTopLogprobs) {
-      bad_request(where + ": 'top_logprobs' must be in [0, " + std::to_string(kMaxTopLogprobs) +
-                  "], got " + std::to_string(call.top_logprobs));
-    }
+    call.top_logprobs = top_logprobs_count(top, "top_logprobs", where);
     if (call.top_logprobs > 0 && !call.logprobs) {
       bad_request(where + ": 'top_logprobs' needs 'logprobs': true");
     }
