@@ -2,6 +2,7 @@
 // defaults, each bound to one field of train::TrainOptions. Part of the one flag table with
 // flag_table.cpp (split only to keep files short).
 #include "app/commands.h"
+#include "app/flag_table_rollout.h"
 #include "optim/lr_scheduler.h"
 
 namespace furlong::app {
@@ -252,6 +253,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_batch_flags(f, o.batch, o.data);
   add_data_flags(f, o.data);
   add_rollout_flags(f, o.rollout);
+  add_rollout_layout_flags(f, o.rollout);
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);
   add_checkpoint_flags(f, o.checkpoint, o.logging);

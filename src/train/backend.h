@@ -41,7 +41,8 @@ class TrainBackend {
   // Trains on one rollout's samples (the same list on every rank; each takes its share).
   virtual std::vector<StepMetrics> train(int64_t rollout_id,
                                          const std::vector<rl::Sample>& samples) = 0;
-  // Streams the current weights to `sink` (collective; only rank 0's sink is called).
+  // Streams the current weights to `sink` (collective; only rank 0's sink is called, or every
+  // rank's with --colocate, where each rank may host an engine).
   virtual void update_weights(const WeightSink& sink) = 0;
   // Saves a checkpoint after `rollout_id`; `driver_state` (the loop's data position, ...) is
   // stored with it and handed back by loaded_driver_state() after init() resumes from it.

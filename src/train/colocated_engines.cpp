@@ -1,47 +1,207 @@
-// --colocate: the engine lives in training rank 0's process and receives the weights as
-// tensors (no copy through a process group); its KV cache and weights are released while the
-// trainer trains and rebuilt before the next weight sync.
+// --colocate: one engine per engine group (train/engine_layout.h), inside the training process
+// of the group's first rank. Each engine receives the weights as tensors in its own rank (the
+// backend's gather leaves the full weights on every rank; no copy through a process group); its
+// KV cache (and on a GPU its weights) is released while the trainer trains and rebuilt before
+// the next weight sync.
+//
+// Generation is driven from rank 0. A round's requests for rank 0's engine go straight to it;
+// dispatch() broadcasts the others' requests to all ranks (one JSON message, every request
+// with all its sampling fields, so the serving engine sees exactly what rank 0 built), each
+// rank runs its share to the end on its own engine, and the outputs come back to rank 0 by one
+// gather, in submission order. The other ranks wait for such messages in generation_phase until
+// rank 0 sends "end".
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
 
 #include "core/digest.h"
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/log.h"
+#include "dist/process_group.h"
 #include "models/causal_lm.h"
+#include "train/engine_layout.h"
 #include "train/rollout_engines.h"
 
 namespace furlong::train {
 namespace {
 
-int64_t tensor_bytes(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+int64_t tensor_bytes(const NamedTensors& named) {
   int64_t bytes = 0;
   for (const auto& [name, t] : named) bytes += static_cast<int64_t>(t.nbytes());
   return bytes;
 }
 
+// ---- the messages between rank 0 and the serving ranks ----
+
+Json sampling_to_json(const engine::SamplingParams& p) {
+  Json j = {{"temperature", p.temperature},
+            {"top_p", p.top_p},
+            {"top_k", p.top_k},
+            {"min_p", p.min_p},
+            {"max_new_tokens", p.max_new_tokens},
+            {"stop_token_ids", p.stop_token_ids},
+            {"stop", p.stop},
+            {"ignore_eos", p.ignore_eos},
+            {"skip_special_tokens", p.skip_special_tokens},
+            {"no_stop_trim", p.no_stop_trim},
+            {"frequency_penalty", p.frequency_penalty},
+            {"presence_penalty", p.presence_penalty},
+            {"repetition_penalty", p.repetition_penalty},
+            {"min_new_tokens", p.min_new_tokens},
+            {"top_logprobs_num", p.top_logprobs_num}};
+  if (p.seed) j["seed"] = *p.seed;
+  return j;
+}
+
+engine::SamplingParams sampling_from_json(const Json& j) {
+  engine::SamplingParams p;
+  p.temperature = j.at("temperature").get<double>();
+  p.top_p = j.at("top_p").get<double>();
+  p.top_k = j.at("top_k").get<int64_t>();
+  p.min_p = j.at("min_p").get<double>();
+  p.max_new_tokens = j.at("max_new_tokens").get<int64_t>();
+  p.stop_token_ids = j.at("stop_token_ids").get<std::vector<int64_t>>();
+  p.stop = j.at("stop").get<std::vector<std::string>>();
+  p.ignore_eos = j.at("ignore_eos").get<bool>();
+  p.skip_special_tokens = j.at("skip_special_tokens").get<bool>();
+  p.no_stop_trim = j.at("no_stop_trim").get<bool>();
+  p.frequency_penalty = j.at("frequency_penalty").get<double>();
+  p.presence_penalty = j.at("presence_penalty").get<double>();
+  p.repetition_penalty = j.at("repetition_penalty").get<double>();
+  p.min_new_tokens = j.at("min_new_tokens").get<int64_t>();
+  p.top_logprobs_num = j.at("top_logprobs_num").get<int64_t>();
+  if (j.contains("seed")) p.seed = j.at("seed").get<uint64_t>();
+  return p;
+}
+
+Json output_to_json(const engine::GenerateOutput& o) {
+  Json top = Json::array();
+  for (const auto& position : o.output_top_logprobs) top.push_back(position);
+  Json j = {{"ids", o.output_ids},
+            {"lp", o.output_logprobs},
+            {"top", std::move(top)},
+            {"finish", static_cast<int>(o.finish_reason)},
+            {"stop_str", o.matched_stop_string},
+            {"prompt_tokens", o.prompt_tokens},
+            {"version", o.weight_version},
+            {"error", o.error}};
+  if (o.matched_stop_token) j["stop_id"] = *o.matched_stop_token;
+  return j;
+}
+
+engine::GenerateOutput output_from_json(const Json& j) {
+  engine::GenerateOutput o;
+  o.output_ids = j.at("ids").get<std::vector<int64_t>>();
+  o.output_logprobs = j.at("lp").get<std::vector<float>>();
+  for (const auto& position : j.at("top")) o.output_top_logprobs.push_back(position);
+  o.finish_reason = static_cast<engine::FinishReason>(j.at("finish").get<int>());
+  o.matched_stop_string = j.at("stop_str").get<std::string>();
+  o.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
+  o.weight_version = j.at("version").get<int64_t>();
+  o.error = j.at("error").get<std::string>();
+  if (j.contains("stop_id")) o.matched_stop_token = j.at("stop_id").get<int64_t>();
+  return o;
+}
+
+// Rank 0's `text` on every rank of `world`.
+std::string broadcast_text(dist::Group& world, const std::string& text) {
+  auto size = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
+  world.broadcast(size, 0);
+  auto buffer = at::empty({size.item<int64_t>()}, at::kByte);
+  if (world.rank() == 0) std::memcpy(buffer.data_ptr(), text.data(), text.size());
+  world.broadcast(buffer, 0);
+  return {static_cast<const char*>(buffer.data_ptr()), static_cast<size_t>(buffer.numel())};
+}
+
 class ColocatedEngines : public RolloutEngines {
  public:
-  ColocatedEngines(const TrainOptions& options, int rank) {
-    if (rank != 0) return;
-    engine::EngineOptions eo;
-    eo.attn_implementation = options.model.attn_implementation;
-    eo.fused_kernels = options.model.fused_kernels;
-    eo.max_total_tokens = options.rollout.engine_max_total_tokens;
-    eo.mem_fraction_static = options.rollout.engine_mem_fraction_static;
-    eo.exact_logprobs = options.rollout.engine_exact_logprobs;
-    eo.num_threads = options.rollout.engine_num_threads;
-    engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
+  ColocatedEngines(const TrainOptions& options, dist::Group& world)
+      : world_(world), layout_(colocated_engine_layout(options.rollout, world.size())) {
+    if (layout_.engine_on_rank(world.rank()) >= 0) {
+      engine::EngineOptions eo;
+      eo.attn_implementation = options.model.attn_implementation;
+      eo.fused_kernels = options.model.fused_kernels;
+      eo.max_total_tokens = options.rollout.engine_max_total_tokens;
+      eo.mem_fraction_static = options.rollout.engine_mem_fraction_static;
+      eo.exact_logprobs = options.rollout.engine_exact_logprobs;
+      eo.num_threads = options.rollout.engine_num_threads;
+      eo.chunked_prefill_size = options.rollout.engine_chunked_prefill_size;
+      eo.decode_log_interval = options.rollout.engine_decode_log_interval;
+      engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
+    }
+    threads_ = options.rollout.engine_num_threads > 0 ? options.rollout.engine_num_threads
+                                                      : at::get_num_threads();
+    pending_.resize(static_cast<size_t>(world.size()));
   }
 
+  int64_t num_engines() const override { return layout_.num_engines(); }
+
   void submit(engine::GenerateRequest request, Done done) override {
-    FURLONG_CHECK(engine_, "generation is driven from rank 0");
+    submit_to(0, std::move(request), std::move(done));
+  }
+
+  void submit_to(int64_t engine, engine::GenerateRequest request, Done done) override {
+    FURLONG_CHECK(world_.rank() == 0, "generation is driven from rank 0");
+    FURLONG_ASSERT(engine >= 0 && engine < layout_.num_engines(), "submit_to: no engine ", engine);
+    const int rank = layout_.engine_ranks[static_cast<size_t>(engine)];
+    if (rank != 0) {
+      pending_[static_cast<size_t>(rank)].push_back({std::move(request), std::move(done)});
+      return;
+    }
     engine_->submit(std::move(request),
                     [done = std::move(done)](engine::RequestId, engine::GenerateOutput out) {
                       done(std::move(out));
                     });
   }
 
+  void dispatch() override {
+    bool any = false;
+    for (const auto& p : pending_) any = any || !p.empty();
+    if (!any) return;
+    Json work = Json::array();
+    for (const auto& requests : pending_) {
+      Json mine = Json::array();
+      for (const auto& p : requests) {
+        mine.push_back(
+            {{"ids", p.request.input_ids}, {"sampling", sampling_to_json(p.request.sampling)}});
+      }
+      work.push_back(std::move(mine));
+    }
+    broadcast_text(world_, Json{{"kind", "generate"}, {"work", std::move(work)}}.dump());
+    const auto replies = world_.all_gather_strings("");
+    auto pending = std::move(pending_);
+    pending_.assign(static_cast<size_t>(world_.size()), {});
+    for (size_t rank = 1; rank < pending.size(); ++rank)
+      deliver(rank, replies[rank], pending[rank]);
+  }
+
+  void generation_phase(bool root, const std::function<void()>& drive) override {
+    if (world_.size() == 1) {
+      drive();
+      return;
+    }
+    if (!root) {
+      serve();
+      return;
+    }
+    drive();
+    broadcast_text(world_, Json{{"kind", "end"}}.dump());
+  }
+
   void abort_all() override {
     if (engine_) engine_->abort_all();
+  }
+
+  void rethrow_errors() override {
+    std::string error;
+    std::swap(error, error_);
+    if (!error.empty()) FURLONG_FAIL(error);
   }
 
   void release_memory() override {
@@ -58,10 +218,13 @@ class ColocatedEngines : public RolloutEngines {
     if (engine_ && engine_->memory_released()) engine_->resume_memory();
   }
 
+  // Every rank takes the full weights the backend hands it; an engine-hosting rank copies them
+  // into its engine. With check_equal every engine's digest is compared with rank 0's digest
+  // of what it sent, on every rank (so all of them fail together, naming the engine).
   int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) override {
     int64_t bytes = 0;
     std::vector<std::pair<std::string, uint64_t>> sent;  // per-tensor digests, all buckets
-    backend.update_weights([&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
+    backend.update_weights([&](const NamedTensors& bucket) {
       if (!engine_) return;
       engine_->update_weights_from_tensors(bucket, version);
       bytes += tensor_bytes(bucket);
@@ -69,25 +232,129 @@ class ColocatedEngines : public RolloutEngines {
         for (const auto& [name, t] : bucket) sent.emplace_back(name, tensor_digest(name, t));
       }
     });
-    if (engine_ && check_equal) {
-      const auto want = combine_tensor_digests(std::move(sent));
-      const auto held = engine_->weights_digest();
-      FURLONG_CHECK(want == held, "--check-weight-update-equal: the engine's weights (digest ",
-                    held, ") differ from the trainer's (", want, ") after update ", version);
-    }
-    return bytes;
+    if (check_equal) check_digests(version, engine_ ? combine_tensor_digests(std::move(sent)) : "");
+    return world_.rank() == 0 ? bytes : 0;
   }
 
-  std::string describe() const override { return "colocated engine on rank 0"; }
+  std::string describe() const override { return layout_.describe(threads_); }
 
  private:
+  struct Pending {
+    engine::GenerateRequest request;
+    Done done;
+  };
+
+  void check_digests(int64_t version, const std::string& want_here) {
+    const std::string held_here = engine_ ? engine_->weights_digest() : "";
+    const auto wants = world_.all_gather_strings(want_here);
+    const auto helds = world_.all_gather_strings(held_here);
+    for (int rank : layout_.engine_ranks) {
+      FURLONG_CHECK(helds[rank] == wants[0] && wants[rank] == wants[0],
+                    "--check-weight-update-equal: the engine on rank ", rank, " holds weights ",
+                    "with digest ", helds[rank], " (it was sent ", wants[rank],
+                    "); rank 0 sent digest ", wants[0], " in update ", version);
+    }
+  }
+
+  // Rank 0: hands rank `rank`'s reply to the callbacks of its requests, in submission order.
+  // A rank that failed (or a reply that does not match) ends them as aborted, and the error is
+  // raised by rethrow_errors() once the round's callbacks have all run.
+  void deliver(size_t rank, const std::string& reply, std::vector<Pending>& requests) {
+    if (requests.empty()) return;
+    std::string failure;
+    Json outputs;
+    try {
+      const auto j = Json::parse(reply);
+      if (j.contains("error")) {
+        failure = j["error"].get<std::string>();
+      } else {
+        outputs = j.at("outputs");
+        if (outputs.size() != requests.size()) failure = "it answered a different request count";
+      }
+    } catch (const std::exception& e) {
+      failure = std::string("its reply could not be read: ") + e.what();
+    }
+    if (!failure.empty() && error_.empty()) {
+      error_ = "colocated engine on rank " + std::to_string(rank) + " failed: " + failure;
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      engine::GenerateOutput out;
+      if (failure.empty()) {
+        out = output_from_json(outputs[i]);
+      } else {
+        out.finish_reason = engine::FinishReason::kAbort;
+        out.error = failure;
+      }
+      requests[i].done(std::move(out));
+    }
+  }
+
+  // A serving rank: runs every round rank 0 dispatches until it sends "end".
+  void serve() {
+    while (true) {
+      const auto message = Json::parse(broadcast_text(world_, ""));
+      if (message.at("kind") == "end") return;
+      std::string reply;
+      try {
+        reply = run_share(message.at("work").at(static_cast<size_t>(world_.rank())));
+      } catch (const std::exception& e) {
+        reply = Json{{"error", e.what()}}.dump();
+      }
+      world_.all_gather_strings(reply);
+    }
+  }
+
+  // This rank's requests of one round, generated to the end on its engine. Every callback has
+  // run before this returns or throws (they write into this frame).
+  std::string run_share(const Json& requests) {
+    std::vector<engine::GenerateOutput> outputs(requests.size());
+    FURLONG_CHECK(engine_ || requests.empty(), "rank ", world_.rank(),
+                  " hosts no engine but was sent requests");
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t outstanding = 0;  // counted up after submit returns, so it may dip below zero
+    auto wait_all = [&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return outstanding == 0; });
+    };
+    try {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        engine::GenerateRequest request{
+            .input_ids = requests[i].at("ids").get<std::vector<int64_t>>(),
+            .sampling = sampling_from_json(requests[i].at("sampling"))};
+        engine_->submit(std::move(request), [&, i](engine::RequestId, engine::GenerateOutput out) {
+          std::lock_guard<std::mutex> lock(mu);
+          outputs[i] = std::move(out);
+          --outstanding;
+          cv.notify_all();
+        });
+        std::lock_guard<std::mutex> lock(mu);
+        ++outstanding;
+      }
+    } catch (...) {
+      engine_->abort_all();
+      wait_all();
+      throw;
+    }
+    wait_all();
+    Json all = Json::array();
+    for (const auto& o : outputs) all.push_back(output_to_json(o));
+    return Json{{"outputs", std::move(all)}}.dump();
+  }
+
+  dist::Group& world_;
+  EngineLayout layout_;
+  int64_t threads_ = 0;
   std::unique_ptr<engine::Engine> engine_;
+  std::vector<std::vector<Pending>> pending_;  // by rank: requests waiting for dispatch()
+  std::string error_;                          // of the last dispatch, raised by rethrow_errors
 };
 
 }  // namespace
 
-std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options, int rank) {
-  return std::make_unique<ColocatedEngines>(options, rank);
+std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options,
+                                                       dist::Group& world) {
+  return std::make_unique<ColocatedEngines>(options, world);
 }
 
 }  // namespace furlong::train

@@ -285,17 +285,18 @@ void FsdpBackend::check_weights_finite(const std::string& what) {
 void FsdpBackend::update_weights(const WeightSink& sink) {
   check_weights_finite("sync weights to the rollout engines");
   const auto dtype = model_->model().config().dtype;
-  const bool root = groups_->world().rank() == 0;
+  // Colocated engines live in every engine group's rank: each rank takes its gathered copy.
+  const bool deliver = groups_->world().rank() == 0 || options_.rollout.colocate;
   const int64_t bucket_bytes = std::max<int64_t>(1, options_.rollout.update_weight_buffer_size);
   std::vector<std::pair<std::string, at::Tensor>> bucket;
   int64_t bytes = 0;
   auto flush = [&] {
-    if (root && sink && !bucket.empty()) sink(bucket);
+    if (deliver && sink && !bucket.empty()) sink(bucket);
     bucket.clear();
     bytes = 0;
   };
   model_->for_each_full_parameter(dtype, [&](const std::string& name, const at::Tensor& t) {
-    if (!root) return;
+    if (!deliver) return;
     bucket.emplace_back(name, t);
     bytes += static_cast<int64_t>(t.nbytes());
     if (bytes >= bucket_bytes) flush();

@@ -121,6 +121,10 @@ struct RolloutOptions {
   // servers, started by furlong or given by URL, weights broadcast over a process group).
   bool colocate = false;
   int64_t rollout_num_engines = 1;
+  // miles' --rollout-num-gpus (unset: colocated = every training rank) and
+  // --rollout-num-gpus-per-engine; train/engine_layout.h turns them into engines and ranks.
+  std::optional<int64_t> rollout_num_gpus;
+  int64_t rollout_num_gpus_per_engine = 1;
   std::vector<std::string> rollout_engine_urls;
   int64_t engine_max_total_tokens = 0;    // 0 = sized from engine_mem_fraction_static
   double engine_mem_fraction_static = 0;  // 0 = the engine default (0.7 CPU, 0.85 CUDA)

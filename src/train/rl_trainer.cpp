@@ -14,6 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/backend.h"
 #include "train/driver.h"
+#include "train/engine_layout.h"
 #include "train/rollout_collector.h"
 #include "train/rollout_engines.h"
 
@@ -181,6 +182,7 @@ void start_rl_run(RlRun& run, TrainOptions options) {
   validate_options(o, run.world().size());
   FURLONG_CHECK(!o.data.prompt_data.empty(), "--prompt-data is required (a JSONL prompt file)");
   validate_rl_options(o);
+  validate_engine_layout(o.rollout, run.world().size());
   load_prompts(run);
   derive_batch_sizes(o, run.driver.dataset->size());
   if (run.root()) {
@@ -196,7 +198,8 @@ void start_rl_run(RlRun& run, TrainOptions options) {
                  ? std::min(o.derived.num_rollout, run.start + *o.rollout.debug_exit_after_rollout)
                  : o.derived.num_rollout;
   const int rank = run.world().rank();
-  run.engines = o.rollout.colocate ? make_colocated_engines(o, rank) : make_remote_engines(o, rank);
+  run.engines =
+      o.rollout.colocate ? make_colocated_engines(o, run.world()) : make_remote_engines(o, rank);
   if (run.root()) start_driver(run);
 }
 
@@ -210,24 +213,26 @@ void sync_weights(RlRun& run, int64_t version) {
 
 bool eval_due(RlRun& run, int64_t rollout_id, bool baseline) {
   const auto& e = run.options.eval;
-  if (!run.root() || !e.eval_interval) return false;
+  if (!e.eval_interval) return false;
   if (baseline) return rollout_id == run.start && !e.skip_eval_before_train;
   return (rollout_id + 1) % *e.eval_interval == 0;
 }
 
 void maybe_eval(RlRun& run, int64_t rollout_id, bool baseline, Metrics& m) {
   if (!eval_due(run, rollout_id, baseline)) return;
-  for (const auto& [k, v] : run.driver.collector->evaluate(run.driver.evals)) m[k] = v;
+  run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
+    for (const auto& [k, v] : run.driver.collector->evaluate(run.driver.evals)) m[k] = v;
+  });
 }
 
 // Rank 0 generates and grades the rollout; every rank then holds the same samples.
 std::vector<rl::Sample> collect_rollout(RlRun& run, Metrics& m) {
   std::vector<rl::Sample> samples;
-  if (run.root()) {
+  run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
     auto result = run.driver.collector->collect();
     samples = std::move(result.samples);
     for (const auto& [k, v] : result.metrics) m[k] = v;
-  }
+  });
   broadcast_samples(samples, run.world());
   return samples;
 }

@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "data/dynamic_filter.h"
 #include "tokenizer/tokenizer.h"
+#include "train/engine_layout.h"
 
 namespace furlong::train {
 namespace {
@@ -109,7 +110,18 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int64_t> remaining(groups.size());
-  std::deque<size_t> finished;
+  std::deque<size_t> finished;  // completion order
+  // With several engines, groups are taken in their order, once all before them are done, so
+  // what is kept does not depend on which engine finished first.
+  const bool in_order = engines_.num_engines() > 1;
+  std::vector<char> group_done(groups.size(), 0);
+  size_t next_in_order = 0;
+  auto finish_group = [&](size_t gi) {  // under mu
+    finished.push_back(gi);
+    group_done[gi] = 1;
+  };
+  const auto engine_of_group =
+      split_groups_over_engines(static_cast<int64_t>(groups.size()), engines_.num_engines());
   int64_t outstanding = 0, total_samples = 0;
   std::string callback_error;
   for (const auto& g : groups) total_samples += static_cast<int64_t>(g.size());
@@ -123,7 +135,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
       if (budget <= 0) {  // no token budget: truncated without a request (miles)
         data::mark_no_budget(sample);
         std::lock_guard<std::mutex> lock(mu);
-        if (--remaining[gi] == 0) finished.push_back(gi);
+        if (--remaining[gi] == 0) finish_group(gi);
         continue;
       }
       engine::GenerateRequest request{.input_ids = sample.tokens, .sampling = params};
@@ -139,7 +151,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
         ++outstanding;
       }
       rl::Sample* target = &sample;
-      engines_.submit(std::move(request), [&, gi, budget, target](engine::GenerateOutput out) {
+      auto done = [&, gi, budget, target](engine::GenerateOutput out) {
         // Runs on an engine thread: failures are recorded and raised on the driver thread.
         std::lock_guard<std::mutex> lock(mu);
         try {
@@ -154,18 +166,29 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
           if (callback_error.empty()) callback_error = e.what();
         }
         --outstanding;
-        if (--remaining[gi] == 0) finished.push_back(gi);
+        if (--remaining[gi] == 0) finish_group(gi);
         cv.notify_all();
-      });
+      };
+      engines_.submit_to(engine_of_group[gi], std::move(request), std::move(done));
     }
   }
+  engines_.dispatch();  // other ranks' engines: returns when their share is done
+  auto ready = [&] {
+    return in_order ? next_in_order < groups.size() && group_done[next_in_order] != 0
+                    : !finished.empty();
+  };
   bool stopped = false;
   while (true) {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return !finished.empty() || outstanding == 0; });
-    if (finished.empty()) break;  // nothing finished and nothing outstanding
-    const size_t gi = finished.front();
-    finished.pop_front();
+    cv.wait(lock, [&] { return ready() || outstanding == 0; });
+    if (!ready()) break;  // nothing (more) to take and nothing outstanding
+    size_t gi = 0;
+    if (in_order) {
+      gi = next_in_order++;
+    } else {
+      gi = finished.front();
+      finished.pop_front();
+    }
     lock.unlock();
     bar.advance(static_cast<int64_t>(groups[gi].size()));
     if (stopped) continue;  // aborted leftovers after the consumer had enough
@@ -212,7 +235,13 @@ RolloutResult RolloutCollector::collect() {
   for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
   RolloutResult result;
   std::vector<std::vector<double>> group_raw;  // pass@k
-  for (auto& g : collector.take_kept()) {
+  // In prompt order, whatever order the groups finished in: a rerun (or a run on other
+  // engines) trains on the same batch.
+  auto kept = collector.take_kept();
+  std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return a.front().group_index < b.front().group_index;
+  });
+  for (auto& g : kept) {
     group_raw.emplace_back();
     for (auto& s : g) {
       group_raw.back().push_back(s.raw_reward);

@@ -52,8 +52,9 @@ class RolloutCollector {
  private:
   // Takes a finished group; returns true when it has enough (the rest is then aborted).
   using GroupConsumer = std::function<bool(std::vector<rl::Sample>&&)>;
-  // Generates every sample of `groups` at once, handing each group to `consume` (on this
-  // thread) as soon as all its samples are done, in completion order.
+  // Generates every sample of `groups` at once (whole groups split over the engines), handing
+  // each group to `consume` (on this thread) as soon as all its samples are done: in completion
+  // order on one engine, in group order on several (independent of timing).
   void generate_groups(std::vector<std::vector<rl::Sample>> groups,
                        const engine::SamplingParams& params, const GroupConsumer& consume);
   engine::SamplingParams sampling_params(bool eval) const;

@@ -1,8 +1,9 @@
 // Where rollouts are generated, behind one interface for the RL loop: an engine inside the
 // training process (--colocate) or `furlong serve` engine servers (disaggregated, started by
-// furlong or given by --rollout-engine-urls). Generation is driven from training rank 0 only;
-// weight sync is collective over all training ranks (the backend gathers full weights, rank 0
-// hands them to the engines).
+// furlong or given by --rollout-engine-urls). Generation is driven from training rank 0 only
+// (colocated engines in other ranks get their share through rank 0, see generation_phase);
+// weight sync is collective over all training ranks (the backend gathers full weights; rank 0
+// hands them to engine servers, each colocated engine takes them in its own rank).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,9 @@
 #include "train/options.h"
 
 namespace furlong::dist {
+class Group;
 class ProcessGroups;
-}
+}  // namespace furlong::dist
 
 namespace furlong::train {
 
@@ -28,6 +30,24 @@ class RolloutEngines {
   // Rank 0 only. Queues a request; `done` runs on an engine or worker thread when it ends
   // (with finish reason abort after abort_all()).
   virtual void submit(engine::GenerateRequest request, Done done) = 0;
+  // Engines the driver splits a round's prompt groups over (1: the engines route requests
+  // themselves, and finished groups may be taken in completion order).
+  virtual int64_t num_engines() const { return 1; }
+  // Rank 0 only: submit() to engine `engine` (< num_engines()). A request for an engine in
+  // another rank waits for dispatch().
+  virtual void submit_to(int64_t engine, engine::GenerateRequest request, Done done) {
+    (void)engine;
+    submit(std::move(request), std::move(done));
+  }
+  // Rank 0 only, after a round's submits: hands the requests waiting for other ranks' engines
+  // to them and blocks until those are done; their `done` runs on this thread.
+  virtual void dispatch() {}
+  // Collective over the training ranks: rank 0 runs `drive` (which generates through these
+  // engines); the other ranks meanwhile serve their engines' share of every dispatch() until
+  // `drive` returns.
+  virtual void generation_phase(bool root, const std::function<void()>& drive) {
+    if (root) drive();
+  }
   virtual void abort_all() = 0;
   // Raises (on the caller's thread) the first error a background generation hit, if any.
   virtual void rethrow_errors() {}
@@ -41,8 +61,10 @@ class RolloutEngines {
   virtual std::string describe() const = 0;
 };
 
-// An engine in this process on rank 0 (other ranks hold none and only join the weight sync).
-std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options, int rank);
+// Engines inside the training processes, laid out by colocated_engine_layout
+// (train/engine_layout.h): one per engine group, each receiving the weights in its own rank.
+std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options,
+                                                       dist::Group& world);
 // Engine servers: --rollout-engine-urls, or --rollout-num-engines servers started here (rank 0
 // starts them as child processes and stops them on exit). Weights travel over a process group
 // (rank 0 + engines) by broadcast.
