@@ -257,6 +257,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);
   add_checkpoint_flags(f, o.checkpoint, o.logging);
+  add_placement_flags(f, o.placement);
 }
 
 void register_flags(config::FlagSet& f, ExportHfOptions& o) {

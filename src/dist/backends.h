@@ -13,7 +13,8 @@ namespace furlong::dist::detail {
 
 // A ProcessGroupGloo over `store` (already scoped to the group by a PrefixStore). Blocks until all
 // `size` members have connected. `master_addr` selects the transport address: loopback when the
-// run is on one host, else this host's name (GLOO_SOCKET_IFNAME, when set, names the interface).
+// run is on one host, else this host's address on the route to it (GLOO_SOCKET_IFNAME, when
+// set, names the interface instead).
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout,

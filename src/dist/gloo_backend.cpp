@@ -10,16 +10,16 @@
 #include <string>
 
 #include "dist/backends.h"
+#include "dist/net_addr.h"
 
 namespace furlong::dist::detail {
 namespace {
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
-}
-
-// The address gloo listens on: the loopback device for a single-host run, the named interface
-// when GLOO_SOCKET_IFNAME is set (as torch.distributed honours it), else this host's name.
+// The address gloo listens on and tells its peers: the interface GLOO_SOCKET_IFNAME names
+// (its first entry, as torch.distributed reads it), else the loopback device when the
+// rendezvous is on loopback (a single-host run), else this host's address on the route to
+// MASTER_ADDR, so ranks on other hosts can connect back (a host name that resolves to another
+// interface, or to nothing, does not matter).
 std::shared_ptr<::gloo::transport::Device> transport_device(const std::string& master_addr) {
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   if (ifname != nullptr && *ifname != '\0') {
@@ -27,10 +27,7 @@ std::shared_ptr<::gloo::transport::Device> transport_device(const std::string& m
     first = first.substr(0, first.find(','));
     return c10d::ProcessGroupGloo::createDeviceForInterface(first);
   }
-  if (is_loopback(master_addr)) {
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+  return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(master_addr));
 }
 
 }  // namespace

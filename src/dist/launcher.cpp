@@ -96,7 +96,8 @@ int available_cores() {
 
 bool replaced_variable(const std::string& entry) {
   static const std::vector<std::string> kOurs = {
-      "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="};
+      "RANK=",        "WORLD_SIZE=",  "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+      "MASTER_ADDR=", "MASTER_PORT=", "GROUP_RANK="};
   for (const auto& key : kOurs) {
     if (entry.rfind(key, 0) == 0) return true;
   }
@@ -117,7 +118,8 @@ std::vector<std::string> common_environment(const LaunchOptions& o, int port) {
     int threads = std::max(1, available_cores() / o.nproc_per_node);
     env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
   }
-  env.push_back("WORLD_SIZE=" + std::to_string(o.nproc_per_node));
+  env.push_back("WORLD_SIZE=" + std::to_string(o.num_nodes * o.nproc_per_node));
+  env.push_back("GROUP_RANK=" + std::to_string(o.node_rank));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node));
   env.push_back("MASTER_ADDR=" + o.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
@@ -171,6 +173,7 @@ class Launch {
  private:
   void emit(const std::string& line, bool is_stderr);
   void note(const std::string& text) { emit("[launch] " + text, true); }
+  int global_rank(int local) const { return o_.node_rank * o_.nproc_per_node + local; }
   void start_all();
   void pump(int timeout_ms);
   void read_stream(int rank, int stream);
@@ -203,7 +206,7 @@ void Launch::start_all() {
   auto common = common_environment(o_, port);
   for (int r = 0; r < o_.nproc_per_node; ++r) {
     auto env = common;
-    env.push_back("RANK=" + std::to_string(r));
+    env.push_back("RANK=" + std::to_string(o_.node_rank * o_.nproc_per_node + r));
     env.push_back("LOCAL_RANK=" + std::to_string(r));
     spawn(ranks_[r], o_.command, std::move(env), o_.kill_grace);
   }
@@ -222,14 +225,17 @@ void Launch::read_stream(int rank, int stream) {
       pending.append(buf, static_cast<size_t>(n));
       size_t start = 0, newline;
       while ((newline = pending.find('\n', start)) != std::string::npos) {
-        emit("[rank " + std::to_string(rank) + "] " + pending.substr(start, newline - start),
+        emit("[rank " + std::to_string(global_rank(rank)) + "] " +
+                 pending.substr(start, newline - start),
              stream == 1);
         start = newline + 1;
       }
       pending.erase(0, start);
       continue;
     }
-    if (!pending.empty()) emit("[rank " + std::to_string(rank) + "] " + pending, stream == 1);
+    if (!pending.empty()) {
+      emit("[rank " + std::to_string(global_rank(rank)) + "] " + pending, stream == 1);
+    }
     pending.clear();
     r.child->close_output(stream);
     return;
@@ -266,7 +272,7 @@ void Launch::reap() {
     failure_ = code;
     std::string how = status->signal != 0 ? "was killed by signal " + std::to_string(status->signal)
                                           : "exited with status " + std::to_string(code);
-    note("rank " + std::to_string(r) + " " + how + "; stopping the other ranks");
+    note("rank " + std::to_string(global_rank(r)) + " " + how + "; stopping the other ranks");
     stop_all(SIGTERM);
   }
 }
@@ -367,6 +373,12 @@ int launch(const LaunchOptions& options) {
                 options.nproc_per_node, ")");
   FURLONG_CHECK(!options.command.empty() && !options.command[0].empty(),
                 "launch: no command to run; give the program and its arguments");
+  FURLONG_CHECK(
+      options.num_nodes >= 1 && options.node_rank >= 0 && options.node_rank < options.num_nodes,
+      "launch: node rank ", options.node_rank, " is not in 0..", options.num_nodes - 1);
+  FURLONG_CHECK(options.num_nodes == 1 || options.master_port != 0, "launch: a launch on ",
+                options.num_nodes,
+                " nodes needs a master port that every node knows (0 picks one on this node only)");
   FURLONG_CHECK(options.master_port >= 0 && options.master_port <= 65535, "launch: --master-port ",
                 options.master_port, " is not a TCP port (0..65535; 0 picks a free one)");
   FURLONG_CHECK(!g_launch_active.exchange(true),

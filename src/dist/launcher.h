@@ -1,7 +1,8 @@
 // A local launcher: starts N ranks of a command on this host with the environment torchrun sets
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), prefixes their
-// output, and stops the whole job as soon as one rank fails. Backs `furlong launch`; multi-node
-// runs use torchrun (or Slurm) instead.
+// output, and stops the whole job as soon as one rank fails. Backs `furlong launch` and the
+// ranks `furlong train --actor-num-gpus-per-node` starts; on several nodes each node runs one
+// launch with its node_rank, all with the same master address and port.
 #pragma once
 
 #include <chrono>
@@ -13,8 +14,12 @@ namespace furlong::dist {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  // This launch is node `node_rank` of `num_nodes`: its ranks are node_rank * nproc_per_node +
+  // 0..nproc_per_node-1 of a world of num_nodes * nproc_per_node (GROUP_RANK = node_rank).
+  int num_nodes = 1;
+  int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;               // 0 = pick a free port
+  int master_port = 0;               // 0 = pick a free port (one node only)
   std::vector<std::string> command;  // argv of each rank (e.g. {"/path/furlong", "train", ...})
   std::chrono::milliseconds kill_grace{5000};
   // Receives every output line: a rank's lines prefixed "[rank N] ", the launcher's own notes

@@ -204,6 +204,16 @@ struct DerivedOptions {
   int64_t train_iters = 0;  // optimizer steps of the whole run (the LR schedule's length)
 };
 
+// Where the training ranks and the engines' weight-sync rendezvous run (src/app/cmd_train.cpp,
+// dist/launch_env.h).
+struct PlacementOptions {
+  int64_t actor_num_nodes = 0;          // 0 = not given: the launch environment decides
+  int64_t actor_num_gpus_per_node = 0;  // 0 = not given: world / nodes when launched, else 1
+  // The address engines on other hosts reach this trainer at for weight sync ("" = the
+  // MILES_HOST_IP variable, else this host's address on the route to the first remote engine).
+  std::string rollout_master_addr;
+};
+
 struct TrainOptions {
   DerivedOptions derived;
   ModelOptions model;
@@ -218,6 +228,7 @@ struct TrainOptions {
   TrainingGuardOptions training_guard;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
+  PlacementOptions placement;
 };
 
 // Rules that need no process group (checked before anything is built); errors name the flags

@@ -3,14 +3,18 @@
 // --rollout-engine-urls), spreads requests over them round-robin from a pool of worker threads,
 // and, for weight sync, forms a process group {rank 0, engine 1, ..., engine E} through the
 // engines' /init_weights_update_group and broadcasts each tensor while every engine receives
-// it through /update_weights_from_distributed.
+// it through /update_weights_from_distributed. The group's rendezvous is on this host, at the
+// address engines on other hosts reach it by (weight_sync_address()); a spawned server gets a
+// CUDA device of its own where there are enough (engine_device()).
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <list>
@@ -22,7 +26,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/child_process.h"
+#include "dist/launch_env.h"
 #include "dist/launcher.h"
+#include "dist/net_addr.h"
 #include "engine/server/client.h"
 #include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
@@ -38,8 +44,9 @@ using engine::server::EngineClient;
 class ServerProcess {
  public:
   ServerProcess(const TrainOptions& o, int port, int index)
-      : port_(port), child_(child_options(o, port)) {
-    LOG_INFO("started engine server ", index, " (pid ", child_.pid(), ") on 127.0.0.1:", port);
+      : port_(port), device_(engine_device(index)), child_(child_options(o, port, device_)) {
+    LOG_INFO("started engine server ", index, " (pid ", child_.pid(), ") on 127.0.0.1:", port, ", ",
+             device_.empty() ? "on the CPU (no CUDA device)" : "CUDA device " + device_);
   }
   // Non-empty once the process has ended ("exit code 1", "signal 9 (Killed)").
   std::string exit_status() {
@@ -49,7 +56,37 @@ class ServerProcess {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
-  static dist::ChildOptions child_options(const TrainOptions& o, int port) {
+  // The CUDA device (as CUDA_VISIBLE_DEVICES names it) of spawned engine `index`: the visible
+  // devices after the ones this node's training ranks use (cuda:<local rank>), one per engine,
+  // wrapping round (with a warning) when there are fewer; "" without CUDA.
+  static std::string engine_device(int index) {
+    const int count = at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0;
+    if (count == 0) return "";
+    std::vector<std::string> visible;
+    if (const char* list = std::getenv("CUDA_VISIBLE_DEVICES"); list != nullptr && *list) {
+      std::string text = list;
+      for (size_t at = 0; at <= text.size();) {
+        size_t comma = text.find(',', at);
+        if (comma == std::string::npos) comma = text.size();
+        visible.push_back(text.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
+    while (static_cast<int>(visible.size()) < count) {
+      visible.push_back(std::to_string(visible.size()));
+    }
+    const int trainers = dist::rendezvous_from_env().local_world_size;
+    const int slot = trainers + index;
+    if (slot >= count) {
+      LOG_WARN("engine server ", index, ": ", count, " CUDA device(s) visible and ", trainers,
+               " used by training ranks on this node; it shares device ", slot % count,
+               " (start fewer engines or give the node more devices)");
+    }
+    return visible[static_cast<size_t>(slot % count)];
+  }
+
+  static dist::ChildOptions child_options(const TrainOptions& o, int port,
+                                          const std::string& device) {
     dist::ChildOptions c;
     c.argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
               "serve",
@@ -72,6 +109,12 @@ class ServerProcess {
       c.argv.push_back("--num-threads");
       c.argv.push_back(std::to_string(o.rollout.engine_num_threads));
     }
+    for (const auto& [flag, value] :
+         {std::pair{"--chunked-prefill-size", o.rollout.engine_chunked_prefill_size},
+          std::pair{"--decode-log-interval", o.rollout.engine_decode_log_interval}}) {
+      c.argv.push_back(flag);
+      c.argv.push_back(std::to_string(value));
+    }
     // The server is not a training rank: it must not see the trainer's rendezvous variables.
     static const std::vector<std::string> kDrop = {
         "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -82,13 +125,20 @@ class ServerProcess {
       const std::string key = kv.substr(0, kv.find('='));
       if (std::find(kDrop.begin(), kDrop.end(), key) != kDrop.end()) continue;
       if (key.rfind("TORCHELASTIC_", 0) == 0) continue;
+      if (!device.empty() && key == "CUDA_VISIBLE_DEVICES") continue;
       c.env->push_back(std::move(kv));
+    }
+    if (!device.empty()) {
+      c.env->push_back("CUDA_VISIBLE_DEVICES=" + device);
+      c.argv.push_back("--device");
+      c.argv.push_back("cuda:0");
     }
     c.kill_grace = std::chrono::seconds(5);
     return c;
   }
 
   int port_;
+  std::string device_;
   dist::ChildProcess child_;
 };
 
@@ -267,8 +317,8 @@ class RemoteEngines : public RolloutEngines {
 
   void join_group() {
     engine::WeightGroupSpec spec;
-    spec.master_addr = "127.0.0.1";
-    spec.master_port = dist::pick_free_port("127.0.0.1");
+    spec.master_addr = weight_sync_address();
+    spec.master_port = dist::pick_free_port(spec.master_addr);
     spec.group_name = kGroupName;
     // The group's collectives (each weight broadcast) are bounded like requests, so that an
     // engine stalled during a sync ends the run as soon as one stalled during generation.
@@ -277,8 +327,39 @@ class RemoteEngines : public RolloutEngines {
                                ? std::min(options_.rollout.engine_startup_timeout, request_bound)
                                : options_.rollout.engine_startup_timeout;
     group_ = engine::server::connect_remote_engines(engine_list(), spec);
-    LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) on port ",
-             spec.master_port);
+    LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) at ", spec.master_addr,
+             ":", spec.master_port);
+  }
+
+  // The host part of "http://host:port/...".
+  static std::string url_host(const std::string& url) {
+    size_t start = url.find("://");
+    start = start == std::string::npos ? 0 : start + 3;
+    if (start < url.size() && url[start] == '[') {
+      return url.substr(start + 1, url.find(']', start) - start - 1);
+    }
+    return url.substr(start, url.find_first_of(":/", start) - start);
+  }
+
+  // Where the engines reach this trainer for the weight-sync rendezvous: --rollout-master-addr,
+  // else MILES_HOST_IP (as miles names this host's address), else the interface
+  // GLOO_SOCKET_IFNAME names, else this host's address on the route to the first engine not on
+  // loopback; loopback when every engine is.
+  std::string weight_sync_address() const {
+    if (!options_.placement.rollout_master_addr.empty()) {
+      return options_.placement.rollout_master_addr;
+    }
+    if (const char* ip = std::getenv("MILES_HOST_IP"); ip != nullptr && *ip) return ip;
+    for (const auto& c : clients_) {
+      const std::string host = url_host(c->base_url());
+      if (dist::is_loopback_address(host)) continue;
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname) {
+        const std::string first(ifname);
+        return dist::interface_address(first.substr(0, first.find(',')));
+      }
+      return dist::local_address_towards(host);
+    }
+    return "127.0.0.1";
   }
 
   // One bucket: every engine is told what comes while this process broadcasts the tensors.

@@ -443,7 +443,11 @@ const std::map<std::string, std::optional<std::string>> kNoDistEnv = {
     {"MASTER_ADDR", std::nullopt},
     {"MASTER_PORT", std::nullopt},
     {"TORCHELASTIC_USE_AGENT_STORE", std::nullopt},
-    {"TORCHELASTIC_RESTART_COUNT", std::nullopt}};
+    {"TORCHELASTIC_RESTART_COUNT", std::nullopt},
+    // A CI job under srun must not turn these single-process cases into Slurm tasks.
+    {"SLURM_PROCID", std::nullopt},
+    {"SLURM_NTASKS", std::nullopt},
+    {"SLURM_LOCALID", std::nullopt}};
 
 std::string env_error(const std::map<std::string, std::optional<std::string>>& vars) {
   ScopedEnv clear(kNoDistEnv);
@@ -498,13 +502,14 @@ TEST(DistEnv, ReadsTorchrunsEnvironment) {
 }
 
 TEST(DistEnv, BackendNames) {
-  EXPECT_EQ(parse_backend("auto", "--dist-backend"), Backend::kAuto);
-  EXPECT_EQ(parse_backend("gloo", "--dist-backend"), Backend::kGloo);
-  EXPECT_EQ(parse_backend("nccl", "--dist-backend"), Backend::kNccl);
-  auto msg = error_of([] { parse_backend("mpi", "--dist-backend"); });
-  EXPECT_NE(msg.find("--dist-backend: unknown distributed backend 'mpi'; expected auto, gloo or "
-                     "nccl"),
-            std::string::npos)
+  EXPECT_EQ(parse_backend("auto", "--distributed-backend"), Backend::kAuto);
+  EXPECT_EQ(parse_backend("gloo", "--distributed-backend"), Backend::kGloo);
+  EXPECT_EQ(parse_backend("nccl", "--distributed-backend"), Backend::kNccl);
+  auto msg = error_of([] { parse_backend("mpi", "--distributed-backend"); });
+  EXPECT_NE(
+      msg.find("--distributed-backend: unknown distributed backend 'mpi'; expected auto, gloo or "
+               "nccl"),
+      std::string::npos)
       << msg;
 }
 
