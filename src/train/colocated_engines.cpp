@@ -133,6 +133,7 @@ class ColocatedEngines : public RolloutEngines {
       eo.num_threads = options.rollout.engine_num_threads;
       eo.chunked_prefill_size = options.rollout.engine_chunked_prefill_size;
       eo.decode_log_interval = options.rollout.engine_decode_log_interval;
+      eo.dtype = trainer_compute_dtype_name(options.precision, eo.device);  // the trainer's
       engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
     }
     threads_ = options.rollout.engine_num_threads > 0 ? options.rollout.engine_num_threads
@@ -296,7 +297,13 @@ class ColocatedEngines : public RolloutEngines {
       if (message.at("kind") == "end") return;
       std::string reply;
       try {
-        reply = run_share(message.at("work").at(static_cast<size_t>(world_.rank())));
+        const auto& share = message.at("work").at(static_cast<size_t>(world_.rank()));
+        if (!served_ && !share.empty()) {
+          LOG_INFO("colocated engine on rank ", world_.rank(), " serves its share (", share.size(),
+                   " requests in its first round)");
+          served_ = true;
+        }
+        reply = run_share(share);
       } catch (const std::exception& e) {
         reply = Json{{"error", e.what()}}.dump();
       }
@@ -348,6 +355,7 @@ class ColocatedEngines : public RolloutEngines {
   std::unique_ptr<engine::Engine> engine_;
   std::vector<std::vector<Pending>> pending_;  // by rank: requests waiting for dispatch()
   std::string error_;                          // of the last dispatch, raised by rethrow_errors
+  bool served_ = false;                        // a serving rank logged its first round
 };
 
 }  // namespace
