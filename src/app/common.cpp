@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
+
 namespace furlong::app {
 
 void apply_runtime_options(const RuntimeOptions& options) {
@@ -9,6 +11,14 @@ void apply_runtime_options(const RuntimeOptions& options) {
   FURLONG_CHECK(options.num_threads >= 0 && options.num_threads <= (1 << 16),
                 "--num-threads must be in [0, 65536], got ", options.num_threads);
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
+}
+
+bool is_first_rank_of_launch() {
+  for (const char* name : {"RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0' && std::string(value) != "0") return false;
+  }
+  return true;
 }
 
 const tokenizer::Tokenizer& LazyTokenizer::get(const std::string& why) const {

@@ -14,6 +14,10 @@ namespace furlong::app {
 
 void apply_runtime_options(const RuntimeOptions& options);
 
+// True unless the launch environment names this process a rank other than 0 (RANK from
+// torchrun / furlong launch, SLURM_PROCID under srun): lines meant once per run log here.
+bool is_first_rank_of_launch();
+
 // Loads <dir>/tokenizer.json the first time a row needs it, with an error that says why it is
 // needed when the directory has none.
 class LazyTokenizer {

@@ -1,6 +1,9 @@
 // The flag table of `furlong train` (and `furlong launch` / `export-hf`): miles' names and
 // defaults, each bound to one field of train::TrainOptions. Part of the one flag table with
 // flag_table.cpp (split only to keep files short).
+#include <initializer_list>
+#include <utility>
+
 #include "app/commands.h"
 #include "app/flag_table_rollout.h"
 #include "optim/lr_scheduler.h"
@@ -16,8 +19,9 @@ void add_model_flags(config::FlagSet& f, train::ModelOptions& m, train::Parallel
   f.add_enum<train::TrainBackendKind>("train-backend", &p.train_backend, {"fsdp"},
                                       train::parse_train_backend, "training backend");
   f.add("attn-implementation", &m.attn_implementation,
-        "attention path: sdpa (fused kernel) or eager (plain math reference)")
-      .choices = {"sdpa", "eager"};
+        "attention path: sdpa (fused kernel) or eager (plain math reference); miles' "
+        "flash_attention_2 / flash_attention_3 run sdpa (logged)")
+      .choices = {"sdpa", "eager", "flash_attention_2", "flash_attention_3"};
   f.add("gradient-checkpointing", &m.gradient_checkpointing,
         "recompute each transformer block in backward instead of keeping its activations");
   f.add("fused-kernels", &m.fused_kernels,
@@ -114,6 +118,10 @@ void add_data_flags(config::FlagSet& f, train::DataOptions& d) {
   f.add("label-key", &d.label_key, "field holding the reference answer");
   f.add("apply-chat-template", &d.apply_chat_template,
         "render prompts with the tokenizer's chat template");
+  f.add("apply-chat-template-kwargs", &d.apply_chat_template_kwargs,
+        "JSON object of extra chat-template variables, e.g. {\"enable_thinking\": false}");
+  f.add("chat-template-path", &d.chat_template_path,
+        "Jinja chat template file used instead of the tokenizer's (prompts and SFT samples)");
   f.add("rollout-shuffle", &d.rollout_shuffle, "shuffle the data once per epoch");
   f.add("rollout-seed", &d.rollout_seed, "seed of the data order");
   f.add("seed", &d.seed, "random seed of the run");
@@ -166,6 +174,12 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
         "on CPU, 0.85 on CUDA)");
   f.add("engine-num-threads", &r.engine_num_threads,
         "CPU threads of each engine server (0 = default)");
+  f.add("sglang-mem-fraction-static", &r.engine_mem_fraction_static,
+        "miles' name of --engine-mem-fraction-static (the same field)");
+  f.add("sglang-chunked-prefill-size", &r.engine_chunked_prefill_size,
+        "each engine prefills longer prompts in chunks of this many tokens (<= 0: never)");
+  f.add("sglang-decode-log-interval", &r.engine_decode_log_interval,
+        "each engine logs one progress line every this many decode steps (0 = never)");
   f.add("engine-exact-logprobs", &r.engine_exact_logprobs,
         "rollout log-probs from the trainer's code path on the finished sequence (bit-identical "
         "scoring; one extra prefill per sample), else from decoding");
@@ -243,6 +257,101 @@ void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
   f.add("num-threads", &l.num_threads, "CPU threads per rank (0 = libtorch default)");
 }
 
+// miles flags whose mechanism furlong does not have: accepted so miles' launch scripts run as
+// written; train::prepare_options_before_launch logs what is used instead, or fails naming the
+// flag where its value asks for something furlong cannot do.
+void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
+  f.set_group("miles compatibility (accepted, logged; see docs/training.md)");
+  f.add("sglang-attention-backend", &c.sglang_attention_backend,
+        "SGLang attention kernels (fa3, flashinfer, ...): the engine runs sdpa");
+  f.add("sglang-enable-metrics", &c.sglang_enable_metrics,
+        "SGLang's Prometheus endpoint: engine metrics go to the run's metrics instead");
+  f.add("sglang-enable-deterministic-inference", &c.sglang_enable_deterministic_inference,
+        "SGLang's batch-invariant kernels: see --engine-exact-logprobs");
+  f.add("sglang-rl-on-policy-target", &c.sglang_rl_on_policy_target,
+        "SGLang's true-on-policy target (fsdp): see --engine-exact-logprobs");
+  f.add("sglang-true-on-policy-contract", &c.sglang_true_on_policy_contract,
+        "SGLang's true-on-policy contract name: see --engine-exact-logprobs");
+  f.add("true-on-policy-mode", &c.true_on_policy_mode,
+        "rollout log-probs equal the trainer's: what --engine-exact-logprobs (on) gives");
+  f.add("deterministic-mode", &c.deterministic_mode,
+        "libtorch's deterministic algorithms for the trainer's kernels");
+  f.add("use-fault-tolerance", &c.use_fault_tolerance,
+        "miles' Ray fault tolerance: furlong ends the run on a failure; --load resumes it");
+  f.add("use-wandb", &c.use_wandb,
+        "furlong cannot reach wandb: metrics go to --metrics-file / --tensorboard-dir / --report");
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"wandb-project", &c.wandb_project},
+           {"wandb-group", &c.wandb_group},
+           {"wandb-key", &c.wandb_key},
+           {"wandb-team", &c.wandb_team},
+           {"wandb-host", &c.wandb_host},
+           {"wandb-mode", &c.wandb_mode},
+           {"wandb-dir", &c.wandb_dir},
+           {"wandb-run-id", &c.wandb_run_id}}) {
+    f.add(name, field, "accepted with --use-wandb; nothing is sent");
+  }
+  f.add("disable-wandb-random-suffix", &c.disable_wandb_random_suffix,
+        "accepted with --use-wandb; no effect");
+  f.add("wandb-always-use-train-step", &c.wandb_always_use_train_step,
+        "accepted; furlong logs train/* at train/step and the rest at rollout/step");
+  f.add("train-env-vars", &c.train_env_vars,
+        "JSON object of environment variables set in every rank before anything starts");
+  f.add("update-weight-transfer-mode", &c.update_weight_transfer_mode,
+        "how weights reach the engines: broadcast (furlong's only mode; p2p and disk-delta are "
+        "errors)")
+      .choices = {"broadcast", "p2p", "disk-delta"};
+  f.add("update-weight-disk-dir", &c.update_weight_disk_dir, "disk-delta only (not available)");
+  f.add("update-weight-local-checkpoint-dir", &c.update_weight_local_checkpoint_dir,
+        "disk-delta only (not available)");
+  f.add("ci-test", &c.ci_test,
+        "miles' CI mode: turns on --check-weight-update-equal (miles' other CI assertions are "
+        "not run)");
+  f.add("ci-disable-kl-checker", &c.ci_disable_kl_checker, "accepted with --ci-test");
+  f.add("ci-disable-logprobs-checker", &c.ci_disable_logprobs_checker, "accepted with --ci-test");
+  f.add("ci-disable-weight-update-checker", &c.ci_disable_weight_update_checker,
+        "with --ci-test: leave --check-weight-update-equal as given");
+  f.add("ci-metric-checker-key", &c.ci_metric_checker_key, "accepted; not checked");
+  f.add("ci-metric-checker-threshold", &c.ci_metric_checker_threshold, "accepted; not checked");
+  for (auto [name, field] :
+       std::initializer_list<std::pair<const char*, std::optional<std::string>*>>{
+           {"ci-save-grad-norm", &c.ci_save_grad_norm},
+           {"ci-load-grad-norm", &c.ci_load_grad_norm},
+           {"dump-details", &c.dump_details},
+           {"custom-tis-function-path", &c.custom_tis_function_path},
+           {"custom-config-path", &c.custom_config_path},
+           {"rollout-function-path", &c.rollout_function_path},
+           {"save-debug-event-data", &c.save_debug_event_data},
+           {"multimodal-keys", &c.multimodal_keys},
+           {"tis-level", &c.tis_level},
+           {"rs-level", &c.rs_level},
+           {"tis-mode", &c.tis_mode}}) {
+    f.add(name, field, "not available in furlong: an error when given");
+  }
+  f.add("use-rs", &c.use_rs, "not available in furlong: an error when given");
+  f.add("diffusion-freeze-router", &c.diffusion_freeze_router,
+        "not available in furlong: an error when given");
+  f.add("bf16", &c.bf16, "compute in bfloat16 (the same as --compute-dtype bfloat16)");
+  f.add("disable-compute-advantages-and-returns", &c.disable_compute_advantages_and_returns,
+        "SFT: accepted (SFT computes none); RL: an error (the policy loss needs advantages)");
+  f.add("qkv-format", &c.qkv_format,
+        "thd: furlong packs sequences (its only layout); bshd is an error, as in miles' FSDP")
+      .choices = {"thd", "bshd"};
+  f.add("num-gpus-per-node", &c.num_gpus_per_node,
+        "miles' rollout GPUs per node: not used (engines follow --rollout-num-gpus)");
+  f.add("tis-batch-normalize", &c.tis_batch_normalize,
+        "not available in furlong: an error when given");
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, std::optional<double>*>>{
+           {"tis-lower-bound", &c.tis_lower_bound},
+           {"tis-upper-bound", &c.tis_upper_bound},
+           {"rs-veto-threshold", &c.rs_veto_threshold},
+           {"diffusion-noise-epsilon", &c.diffusion_noise_epsilon},
+           {"diffusion-self-conditioning-probability", &c.diffusion_self_conditioning_probability},
+           {"diffusion-encoder-loss-weight", &c.diffusion_encoder_loss_weight}}) {
+    f.add(name, field, "not available in furlong: an error when given");
+  }
+}
+
 }  // namespace
 
 void register_flags(config::FlagSet& f, train::TrainOptions& o) {
@@ -257,6 +366,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);
   add_checkpoint_flags(f, o.checkpoint, o.logging);
+  add_miles_compat_flags(f, o.compat);
   add_placement_flags(f, o.placement);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_util.h"
 #include "rl/advantages.h"
 #include "rl/kl.h"
 #include "rl/losses.h"
@@ -120,6 +121,11 @@ struct RolloutOptions {
   // Layout: colocated (an engine inside each training process) or disaggregated (engine
   // servers, started by furlong or given by URL, weights broadcast over a process group).
   bool colocate = false;
+  // --apply-chat-template-kwargs: a JSON object of extra chat-template variables (Qwen3's
+  // {"enable_thinking": false}); --chat-template-path: a Jinja file used instead of the
+  // tokenizer's template.
+  std::string apply_chat_template_kwargs = "{}";
+  std::optional<std::string> chat_template_path;
   int64_t rollout_num_engines = 1;
   // miles' --rollout-num-gpus (unset: colocated = every training rank) and
   // --rollout-num-gpus-per-engine; train/engine_layout.h turns them into engines and ranks.
@@ -129,7 +135,9 @@ struct RolloutOptions {
   int64_t engine_max_total_tokens = 0;    // 0 = sized from engine_mem_fraction_static
   double engine_mem_fraction_static = 0;  // 0 = the engine default (0.7 CPU, 0.85 CUDA)
   int64_t engine_num_threads = 0;
-  double engine_startup_timeout = 300.0;  // seconds an engine server may take to be healthy
+  int64_t engine_chunked_prefill_size = 8192;  // --sglang-chunked-prefill-size (<= 0: never)
+  int64_t engine_decode_log_interval = 40;     // --sglang-decode-log-interval (0: never)
+  double engine_startup_timeout = 300.0;       // seconds an engine server may take to be healthy
   // seconds one request to an engine server may go unanswered (0 = no bound)
   double rollout_engine_request_timeout = 1800.0;
   // Engines re-score each finished sample with the trainer's code path (rollout log-probs
@@ -230,6 +238,50 @@ struct TrainOptions {
   LoggingOptions logging;
   PlacementOptions placement;
 };
+// miles flags that furlong accepts so that miles' launch scripts run as written, although the
+// mechanism they select does not exist here (SGLang/FlashAttention kernels, wandb, Ray fault
+// tolerance, miles' CI checkers, Python plugins). prepare_miles_compat_options() logs one line
+// per flag given, naming what furlong does instead, or fails naming the flag when its value
+// asks for behaviour furlong lacks.
+struct MilesCompatOptions {
+  std::string sglang_attention_backend;  // any SGLang backend name: the engine runs sdpa
+  bool sglang_enable_metrics = false;
+  bool sglang_enable_deterministic_inference = false;
+  std::string sglang_rl_on_policy_target;
+  std::string sglang_true_on_policy_contract;
+  bool true_on_policy_mode = false;
+  bool deterministic_mode = false;
+  bool use_fault_tolerance = false;
+  bool use_wandb = false;
+  std::string wandb_project, wandb_group, wandb_key, wandb_team, wandb_host, wandb_mode, wandb_dir,
+      wandb_run_id;
+  bool disable_wandb_random_suffix = false;
+  bool wandb_always_use_train_step = false;
+  std::string train_env_vars = "{}";  // JSON object: set in the environment before anything
+  std::string update_weight_transfer_mode = "broadcast";
+  std::optional<std::string> update_weight_disk_dir;
+  std::optional<std::string> update_weight_local_checkpoint_dir;
+  bool ci_test = false;
+  bool ci_disable_kl_checker = false;
+  bool ci_disable_logprobs_checker = false;
+  bool ci_disable_weight_update_checker = false;
+  std::optional<std::string> ci_metric_checker_key;
+  std::optional<double> ci_metric_checker_threshold;
+  // Given: an error (furlong cannot do what they ask).
+  std::optional<std::string> ci_save_grad_norm, ci_load_grad_norm, dump_details,
+      custom_tis_function_path, custom_config_path, multimodal_keys;
+  bool use_rs = false, tis_batch_normalize = false, diffusion_freeze_router = false;
+  std::optional<std::string> rollout_function_path, save_debug_event_data;
+  std::optional<double> diffusion_noise_epsilon, diffusion_self_conditioning_probability,
+      diffusion_encoder_loss_weight;
+  bool bf16 = false;  // compute in bf16 (--compute-dtype bfloat16)
+  bool disable_compute_advantages_and_returns = false;  // SFT: nothing to disable; RL: an error
+  std::string qkv_format = "thd";            // furlong packs sequences (thd); bshd is an error
+  std::optional<int64_t> num_gpus_per_node;  // miles' rollout GPUs per node: not used
+  std::optional<std::string> tis_level, rs_level, tis_mode;
+  std::optional<double> tis_lower_bound, tis_upper_bound, rs_veto_threshold;
+};
+
 
 // Rules that need no process group (checked before anything is built); errors name the flags
 // and say what to do. `world_size` is the number of training ranks. RL runs check the RL
@@ -243,3 +295,13 @@ rl::AdvantageOptions advantage_options(const AlgorithmOptions& algorithm);
 rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptions& batch);
 
 }  // namespace furlong::train
+  MilesCompatOptions compat;
+// The checks and translations that need no model, data or process group, run once right after
+// the flags are parsed: miles-compatibility flags (see MilesCompatOptions; FlashAttention names
+// become sdpa, --train-env-vars is applied), --rm-type, the output paths (--metrics-file,
+// --report parents exist; --tensorboard-dir is created), --chat-template-path,
+// --apply-chat-template-kwargs, and the --save without --save-interval warning. Logs only where
+// `log` is true (the launch's first rank), so a line appears once per run.
+void prepare_options_before_launch(TrainOptions& options, bool log);
+// --apply-chat-template-kwargs as a JSON object (an error naming the flag otherwise).
+OrderedJson chat_template_kwargs(const DataOptions& data);

@@ -16,8 +16,9 @@ struct TextTools {
   std::unique_ptr<tokenizer::ChatFormatter> chat;
 };
 
-TextTools& text_tools(TextTools& tools, const std::filesystem::path& dir, bool chat,
+TextTools& text_tools(TextTools& tools, const std::filesystem::path& dir, const SftDataOptions& o,
                       const std::string& where) {
+  const bool chat = o.apply_chat_template;
   if (!tools.tokenizer) {
     FURLONG_CHECK(std::filesystem::exists(dir / "tokenizer.json"), where,
                   ": a text row needs a tokenizer, but ", (dir / "tokenizer.json").string(),
@@ -25,7 +26,11 @@ TextTools& text_tools(TextTools& tools, const std::filesystem::path& dir, bool c
     tools.tokenizer =
         std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(dir));
   }
-  if (chat && !tools.chat) tools.chat = std::make_unique<tokenizer::ChatFormatter>(dir);
+  if (chat && !tools.chat) {
+    tools.chat = o.chat_template_path.empty()
+                     ? std::make_unique<tokenizer::ChatFormatter>(dir)
+                     : std::make_unique<tokenizer::ChatFormatter>(dir, o.chat_template_path);
+  }
   return tools;
 }
 
@@ -38,7 +43,8 @@ std::vector<int64_t> prompt_tokens(const JsonlRow& row, const SftDataOptions& o,
     }
     FURLONG_CHECK(messages.is_array(), row.where, ": field '", o.input_key,
                   "' must be a string or a list of messages");
-    std::string text = t.chat->apply(messages, /*add_generation_prompt=*/true);
+    std::string text =
+        t.chat->apply(messages, /*add_generation_prompt=*/true, o.chat_template_kwargs);
     return t.tokenizer->encode(text, /*add_special_tokens=*/false);
   }
   FURLONG_CHECK(prompt.is_string(), row.where, ": field '", o.input_key,
@@ -58,7 +64,7 @@ rl::Sample row_to_sample(const JsonlRow& row, const SftDataOptions& o,
                   o.input_key, "' (set --input-key)");
     FURLONG_CHECK(row.value.contains(o.response_key), row.where, ": missing the response field '",
                   o.response_key, "' (set --response-key)");
-    auto& t = text_tools(tools, dir, o.apply_chat_template, row.where);
+    auto& t = text_tools(tools, dir, o, row.where);
     prompt = prompt_tokens(row, o, t);
     response = t.tokenizer->encode(json_get<std::string>(row.value, o.response_key, row.where),
                                    /*add_special_tokens=*/false);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_util.h"
 #include "rl/sample.h"
 
 namespace furlong::train {
@@ -21,6 +22,8 @@ struct SftDataOptions {
   std::string input_key = "prompt";
   std::string response_key = "response";
   bool apply_chat_template = false;
+  std::string chat_template_path;  // --chat-template-path ("" = the tokenizer's template)
+  OrderedJson chat_template_kwargs = OrderedJson::object();  // --apply-chat-template-kwargs
   int64_t max_length = 0;  // > 0: drop rows longer than this many tokens (counted, warned)
 };
 

@@ -62,6 +62,8 @@ int run_sft(TrainOptions o) {
                               .input_key = o.data.input_key,
                               .response_key = o.data.response_key,
                               .apply_chat_template = o.data.apply_chat_template,
+                              .chat_template_path = o.data.chat_template_path.value_or(""),
+                              .chat_template_kwargs = chat_template_kwargs(o.data),
                               .max_length = o.data.max_length};
   auto data = load_sft_samples(data_options, o.model.hf_checkpoint);
   derive_batch_sizes(o, static_cast<int64_t>(data.size()));

@@ -189,6 +189,14 @@ ChatFormatter::ChatFormatter(const fs::path& tokenizer_dir) {
   special_tokens_ = load_special_tokens(tokenizer_dir, std::move(config));
 }
 
+ChatFormatter::ChatFormatter(const fs::path& tokenizer_dir, const fs::path& template_path) {
+  FURLONG_CHECK(fs::is_regular_file(template_path), template_path.string(),
+                ": no such chat template file");
+  templates_.emplace("default",
+                     ChatTemplate::parse(read_file(template_path), template_path.string()));
+  special_tokens_ = load_special_tokens(tokenizer_dir, read_config(tokenizer_dir));
+}
+
 std::string ChatFormatter::apply(const OJson& messages, bool add_generation_prompt,
                                  const OJson& extra_context,
                                  const ChatTemplateLimits& limits) const {

@@ -65,6 +65,11 @@ class ChatTemplate {
 class ChatFormatter {
  public:
   explicit ChatFormatter(const std::filesystem::path& tokenizer_dir);
+  // The template of the Jinja file `template_path` (miles' --chat-template-path) replaces the
+  // directory's template(s), as setting transformers' tokenizer.chat_template does; special
+  // tokens still come from the directory.
+  ChatFormatter(const std::filesystem::path& tokenizer_dir,
+                const std::filesystem::path& template_path);
 
   // Messages: a non-empty array of objects. Keys whose value is null are dropped, and
   // reasoning under "reasoning_content"/"thinking"/"reasoning" is copied to both
