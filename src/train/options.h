@@ -88,6 +88,11 @@ struct DataOptions {
   std::string response_key = "response";
   std::string label_key = "label";
   bool apply_chat_template = false;
+  // --apply-chat-template-kwargs: a JSON object of extra chat-template variables (Qwen3's
+  // {"enable_thinking": false}); --chat-template-path: a Jinja file used instead of the
+  // tokenizer's template.
+  std::string apply_chat_template_kwargs = "{}";
+  std::optional<std::string> chat_template_path;
   std::optional<int64_t> rollout_batch_size;
   int64_t n_samples_per_prompt = 1;
   std::optional<int64_t> num_steps_per_rollout;
@@ -121,11 +126,6 @@ struct RolloutOptions {
   // Layout: colocated (an engine inside each training process) or disaggregated (engine
   // servers, started by furlong or given by URL, weights broadcast over a process group).
   bool colocate = false;
-  // --apply-chat-template-kwargs: a JSON object of extra chat-template variables (Qwen3's
-  // {"enable_thinking": false}); --chat-template-path: a Jinja file used instead of the
-  // tokenizer's template.
-  std::string apply_chat_template_kwargs = "{}";
-  std::optional<std::string> chat_template_path;
   int64_t rollout_num_engines = 1;
   // miles' --rollout-num-gpus (unset: colocated = every training rank) and
   // --rollout-num-gpus-per-engine; train/engine_layout.h turns them into engines and ranks.
@@ -205,42 +205,9 @@ struct LoggingOptions {
   int64_t num_threads = 0;
 };
 
-// Values the driver derives from the flags and the data (not flags themselves).
-struct DerivedOptions {
-  int64_t global_batch_size = 0;  // samples per optimizer step
-  int64_t num_rollout = 0;
-  int64_t train_iters = 0;  // optimizer steps of the whole run (the LR schedule's length)
-};
-
-// Where the training ranks and the engines' weight-sync rendezvous run (src/app/cmd_train.cpp,
-// dist/launch_env.h).
-struct PlacementOptions {
-  int64_t actor_num_nodes = 0;          // 0 = not given: the launch environment decides
-  int64_t actor_num_gpus_per_node = 0;  // 0 = not given: world / nodes when launched, else 1
-  // The address engines on other hosts reach this trainer at for weight sync ("" = the
-  // MILES_HOST_IP variable, else this host's address on the route to the first remote engine).
-  std::string rollout_master_addr;
-};
-
-struct TrainOptions {
-  DerivedOptions derived;
-  ModelOptions model;
-  ParallelOptions parallel;
-  PrecisionOptions precision;
-  OptimizerOptions optimizer;
-  BatchOptions batch;
-  DataOptions data;
-  RolloutOptions rollout;
-  EvalOptions eval;
-  AlgorithmOptions algorithm;
-  TrainingGuardOptions training_guard;
-  CheckpointOptions checkpoint;
-  LoggingOptions logging;
-  PlacementOptions placement;
-};
 // miles flags that furlong accepts so that miles' launch scripts run as written, although the
 // mechanism they select does not exist here (SGLang/FlashAttention kernels, wandb, Ray fault
-// tolerance, miles' CI checkers, Python plugins). prepare_miles_compat_options() logs one line
+// tolerance, miles' CI checkers, Python plugins). prepare_options_before_launch() logs one line
 // per flag given, naming what furlong does instead, or fails naming the flag when its value
 // asks for behaviour furlong lacks.
 struct MilesCompatOptions {
@@ -282,20 +249,46 @@ struct MilesCompatOptions {
   std::optional<double> tis_lower_bound, tis_upper_bound, rs_veto_threshold;
 };
 
+// Values the driver derives from the flags and the data (not flags themselves).
+struct DerivedOptions {
+  int64_t global_batch_size = 0;  // samples per optimizer step
+  int64_t num_rollout = 0;
+  int64_t train_iters = 0;  // optimizer steps of the whole run (the LR schedule's length)
+};
+
+// Where the training ranks and the engines' weight-sync rendezvous run (src/app/cmd_train.cpp,
+// dist/launch_env.h).
+struct PlacementOptions {
+  int64_t actor_num_nodes = 0;          // 0 = not given: the launch environment decides
+  int64_t actor_num_gpus_per_node = 0;  // 0 = not given: world / nodes when launched, else 1
+  // The address engines on other hosts reach this trainer at for weight sync ("" = the
+  // MILES_HOST_IP variable, else this host's address on the route to the first remote engine).
+  std::string rollout_master_addr;
+};
+
+struct TrainOptions {
+  DerivedOptions derived;
+  ModelOptions model;
+  ParallelOptions parallel;
+  PrecisionOptions precision;
+  OptimizerOptions optimizer;
+  BatchOptions batch;
+  DataOptions data;
+  RolloutOptions rollout;
+  EvalOptions eval;
+  AlgorithmOptions algorithm;
+  TrainingGuardOptions training_guard;
+  CheckpointOptions checkpoint;
+  LoggingOptions logging;
+  MilesCompatOptions compat;
+  PlacementOptions placement;
+};
 
 // Rules that need no process group (checked before anything is built); errors name the flags
 // and say what to do. `world_size` is the number of training ranks. RL runs check the RL
 // rules too (validate_rl_options).
 void validate_options(const TrainOptions& options, int world_size);
 void validate_rl_options(const TrainOptions& options);
-
-// The rl layer's views of the algorithm flags (one conversion, used by validation and training).
-rl::RewardNormOptions reward_norm_options(const TrainOptions& options);
-rl::AdvantageOptions advantage_options(const AlgorithmOptions& algorithm);
-rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptions& batch);
-
-}  // namespace furlong::train
-  MilesCompatOptions compat;
 // The checks and translations that need no model, data or process group, run once right after
 // the flags are parsed: miles-compatibility flags (see MilesCompatOptions; FlashAttention names
 // become sdpa, --train-env-vars is applied), --rm-type, the output paths (--metrics-file,
@@ -305,3 +298,10 @@ rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptio
 void prepare_options_before_launch(TrainOptions& options, bool log);
 // --apply-chat-template-kwargs as a JSON object (an error naming the flag otherwise).
 OrderedJson chat_template_kwargs(const DataOptions& data);
+
+// The rl layer's views of the algorithm flags (one conversion, used by validation and training).
+rl::RewardNormOptions reward_norm_options(const TrainOptions& options);
+rl::AdvantageOptions advantage_options(const AlgorithmOptions& algorithm);
+rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptions& batch);
+
+}  // namespace furlong::train

@@ -31,8 +31,8 @@ data::PromptDataOptions prompt_options(const TrainOptions& o, const std::string&
   p.label_key = o.data.label_key;
   p.metadata_key = o.rollout.metadata_key;
   p.apply_chat_template = o.data.apply_chat_template;
-  p.max_prompt_len = o.rollout.rollout_max_prompt_len;
   p.apply_chat_template_kwargs = chat_template_kwargs(o.data);
+  p.max_prompt_len = o.rollout.rollout_max_prompt_len;
   p.shuffle = shuffle;
   p.seed = static_cast<uint64_t>(o.data.rollout_seed);
   return p;
@@ -155,6 +155,7 @@ void load_prompts(RlRun& run) {
                  ? std::make_unique<tokenizer::ChatFormatter>(hf, *o.data.chat_template_path)
                  : std::make_unique<tokenizer::ChatFormatter>(hf);
   } catch (const Error&) {
+    if (o.data.chat_template_path) throw;
     d.chat = nullptr;  // no template: prompts that need one fail with the dataset's message
   }
   d.dataset = std::make_unique<data::PromptDataset>(
@@ -233,7 +234,6 @@ std::vector<rl::Sample> collect_rollout(RlRun& run, Metrics& m) {
   std::vector<rl::Sample> samples;
   run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
     auto result = run.driver.collector->collect();
-    if (o.data.chat_template_path) throw;
     samples = std::move(result.samples);
     for (const auto& [k, v] : result.metrics) m[k] = v;
   });
