@@ -26,6 +26,10 @@ What it does (furlong's flags and defaults in brackets):
   its rows are cut into micro-batches of M consecutive rows [--micro-batch-size]. A micro-batch
   is packed: input_ids [1, T], position_ids restarting at 0 per row, no attention mask and
   use_cache=False, so transformers masks block-diagonally (the rows do not see each other).
+- loss with --calculate-per-token-loss (miles' FSDP backend): a micro-batch's loss is the sum
+  of -log p over all its response tokens, backpropagated unscaled, so after FSDP2's average the
+  step's gradient is that of (1/W) * the token sum of the step; the logged loss is the token sum
+  over the token count.
 - loss [--loss-type sft, no --calculate-per-token-loss]: per row, the mean over its response
   tokens of -log p(token) (fp32 log_softmax of the logits at the preceding positions); a
   micro-batch's loss is the sum over its rows, scaled by W/GBS before backward. FSDP2 averages
@@ -66,6 +70,9 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip-grad", type=float, default=1.0, help="max global grad norm (0 = off)")
+    p.add_argument("--calculate-per-token-loss", action="store_true",
+                   help="miles' FSDP per-token loss: each micro-batch backpropagates its token "
+                        "sum unscaled; the logged loss is the step's token mean")
     p.add_argument("--launch", type=int, default=0,
                    help="re-run this script under torchrun with this many ranks")
     return p.parse_args(argv)
@@ -106,8 +113,9 @@ def load_rows(path):
     return rows
 
 
-def micro_batch_loss(model, rows, torch):
-    """Sum over `rows` of each row's mean response-token NLL, on one packed sequence."""
+def micro_batch_loss(model, rows, torch, per_token=False):
+    """Sum over `rows` of each row's mean response-token NLL, on one packed sequence; with
+    per_token, the sum of the NLL over all response tokens instead."""
     ids, pos, pred_rows, targets, owner, lengths = [], [], [], [], [], []
     offset = 0
     for i, (prompt, response) in enumerate(rows):
@@ -125,6 +133,8 @@ def micro_batch_loss(model, rows, torch):
     logits = model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits[0]
     logp = torch.log_softmax(logits[torch.tensor(pred_rows)].float(), dim=-1)
     nll = -logp.gather(1, torch.tensor(targets)[:, None]).squeeze(1)
+    if per_token:
+        return nll.sum()
     per_row = torch.zeros(len(rows)).index_add(0, torch.tensor(owner), nll)
     return (per_row / torch.tensor(lengths, dtype=torch.float32)).sum()
 
@@ -177,19 +187,22 @@ def main(argv):
         opt.zero_grad(set_to_none=True)
         local = data[step * gbs:(step + 1) * gbs][rank::world]
         loss_sum = 0.0
+        per_token = args.calculate_per_token_loss
         for m in range(0, len(local), mbs):
-            loss = micro_batch_loss(model, local[m:m + mbs], torch)
+            loss = micro_batch_loss(model, local[m:m + mbs], torch, per_token)
             loss_sum += loss.item()
-            (loss * (world / gbs)).backward()
+            (loss if per_token else loss * (world / gbs)).backward()
         if args.clip_grad > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip_grad)
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         opt.step()
-        total = torch.tensor([loss_sum], dtype=torch.float64)
+        tokens = sum(len(response) for _, response in local)
+        total = torch.tensor([loss_sum, tokens], dtype=torch.float64)
         dist.all_reduce(total)  # over all ranks: every row of the step once
-        history.append({"loss": total.item() / gbs, "grad_norm": grad_norm.item()})
+        count = total[1].item() if per_token else gbs
+        history.append({"loss": total[0].item() / count, "grad_norm": grad_norm.item()})
 
     full = {n: p.detach().full_tensor().contiguous() for n, p in zip(names, params)}
     if rank == 0:

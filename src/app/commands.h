@@ -95,6 +95,8 @@ struct LaunchFlags {
 };
 
 void register_flags(config::FlagSet& flags, train::TrainOptions& options);
+// Offload, --ref-load, --balance-data and the RL debug flags (flag_table_migration.cpp).
+void register_migration_flags(config::FlagSet& flags, train::TrainOptions& options);
 // --actor-num-nodes, --actor-num-gpus-per-node, --rollout-master-addr (flag_table_placement.cpp).
 void add_placement_flags(config::FlagSet& flags, train::PlacementOptions& options);
 void register_flags(config::FlagSet& flags, ExportHfOptions& options);

@@ -368,6 +368,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_checkpoint_flags(f, o.checkpoint, o.logging);
   add_miles_compat_flags(f, o.compat);
   add_placement_flags(f, o.placement);
+  register_migration_flags(f, o);
 }
 
 void register_flags(config::FlagSet& f, ExportHfOptions& o) {

@@ -25,7 +25,7 @@ namespace furlong::train {
 // Metrics of one optimizer step (already averaged over ranks).
 struct StepMetrics {
   int64_t step = 0;                      // global optimizer step
-  std::map<std::string, double> values;  // "loss", "grad_norm", "lr", ...
+  std::map<std::string, double> values;  // "loss", "grad_norm", "lr-pg_0", ...
 };
 
 // Receives full (unsharded) weights, in the checkpoint's dtype, in model order, in buckets of

@@ -58,17 +58,13 @@ struct Partition {
 
 }  // namespace
 
-std::vector<std::vector<size_t>> karmarkar_karp(const std::vector<int64_t>& weights, int64_t k) {
-  FURLONG_ASSERT(k >= 1, "karmarkar_karp: k must be >= 1");
-  if (weights.empty()) return std::vector<std::vector<size_t>>(k);
+namespace {
+
+// Largest differencing over the starting partial partitions `start` (each of k groups).
+std::vector<std::vector<size_t>> merge_partitions(std::vector<Partition> start, int64_t k) {
   auto cmp = [](const Partition& a, const Partition& b) { return a.spread() < b.spread(); };
   std::priority_queue<Partition, std::vector<Partition>, decltype(cmp)> heap(cmp);
-  for (size_t i = 0; i < weights.size(); ++i) {
-    Partition p{std::vector<int64_t>(k, 0), std::vector<std::vector<size_t>>(k)};
-    p.sums[0] = weights[i];
-    p.groups[0].push_back(i);
-    heap.push(std::move(p));
-  }
+  for (auto& p : start) heap.push(std::move(p));
   while (heap.size() > 1) {
     Partition a = heap.top();
     heap.pop();
@@ -86,6 +82,53 @@ std::vector<std::vector<size_t>> karmarkar_karp(const std::vector<int64_t>& weig
   auto groups = heap.top().groups;
   for (auto& g : groups) std::sort(g.begin(), g.end());
   return groups;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> karmarkar_karp(const std::vector<int64_t>& weights, int64_t k) {
+  FURLONG_ASSERT(k >= 1, "karmarkar_karp: k must be >= 1");
+  if (weights.empty()) return std::vector<std::vector<size_t>>(k);
+  std::vector<Partition> start;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Partition p{std::vector<int64_t>(k, 0), std::vector<std::vector<size_t>>(k)};
+    p.sums[0] = weights[i];
+    p.groups[0].push_back(i);
+    start.push_back(std::move(p));
+  }
+  return merge_partitions(std::move(start), k);
+}
+
+std::vector<std::vector<size_t>> karmarkar_karp_equal_size(const std::vector<int64_t>& weights,
+                                                           int64_t k) {
+  FURLONG_ASSERT(k >= 1 && static_cast<int64_t>(weights.size()) % k == 0,
+                 "karmarkar_karp_equal_size: ", weights.size(), " items do not split into ", k);
+  std::vector<size_t> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return weights[a] < weights[b]; });
+  // Each start holds k consecutive items of the sorted order, one per group, so every merge
+  // keeps the group sizes equal.
+  std::vector<Partition> start;
+  for (size_t offset = 0; offset < order.size(); offset += static_cast<size_t>(k)) {
+    Partition p{std::vector<int64_t>(k, 0), std::vector<std::vector<size_t>>(k)};
+    for (int64_t g = 0; g < k; ++g) {
+      const size_t item = order[offset + static_cast<size_t>(g)];
+      p.sums[g] = weights[item];
+      p.groups[g].push_back(item);
+    }
+    p.sort_groups();
+    start.push_back(std::move(p));
+  }
+  return merge_partitions(std::move(start), k);
+}
+
+std::vector<size_t> balanced_dp_shard_indices(const std::vector<int64_t>& total_lengths,
+                                              int dp_rank, int dp_size) {
+  FURLONG_CHECK(static_cast<int64_t>(total_lengths.size()) % dp_size == 0,
+                "--balance-data: ", total_lengths.size(), " samples do not split into ", dp_size,
+                " equal parts (one per data-parallel rank)");
+  return karmarkar_karp_equal_size(total_lengths, dp_size)[static_cast<size_t>(dp_rank)];
 }
 
 BatchPlan plan_batches(const std::vector<int64_t>& local_lengths, int64_t total_samples,

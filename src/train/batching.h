@@ -17,6 +17,10 @@
 namespace furlong::train {
 
 std::vector<size_t> dp_shard_indices(size_t num_samples, int dp_rank, int dp_size);
+// --balance-data (miles): rank r's samples are part r of an equal-count Karmarkar-Karp
+// partition of the rollout by total length (prompt + response tokens), in index order.
+std::vector<size_t> balanced_dp_shard_indices(const std::vector<int64_t>& total_lengths,
+                                              int dp_rank, int dp_size);
 
 struct BatchingOptions {
   int64_t global_batch_size = 0;
@@ -39,5 +43,9 @@ int64_t first_fit_bins(const std::vector<int64_t>& lengths, int64_t capacity);
 // Karmarkar-Karp (largest differencing) partition of items into k groups balancing the sum of
 // `weights`; returns item indices per group (k groups, possibly empty when k > items).
 std::vector<std::vector<size_t>> karmarkar_karp(const std::vector<int64_t>& weights, int64_t k);
+// The same with k groups of equal size (weights.size() must be a multiple of k): starts from
+// runs of k consecutive items of the ascending order, one item per group.
+std::vector<std::vector<size_t>> karmarkar_karp_equal_size(const std::vector<int64_t>& weights,
+                                                           int64_t k);
 
 }  // namespace furlong::train

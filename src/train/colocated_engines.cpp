@@ -133,7 +133,7 @@ class ColocatedEngines : public RolloutEngines {
       eo.num_threads = options.rollout.engine_num_threads;
       eo.chunked_prefill_size = options.rollout.engine_chunked_prefill_size;
       eo.decode_log_interval = options.rollout.engine_decode_log_interval;
-      eo.dtype = trainer_compute_dtype_name(options.precision, eo.device);  // the trainer's
+      eo.dtype = rl_engine_dtype(options.precision, eo.device);  // the trainer's
       engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
     }
     threads_ = options.rollout.engine_num_threads > 0 ? options.rollout.engine_num_threads

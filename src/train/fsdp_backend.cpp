@@ -71,7 +71,14 @@ int64_t FsdpBackend::init() {
       .reduce_dtype = c10::kFloat,
       .keep_fp32_master = options_.precision.keep_fp32_master,
       .reshard_after_forward = options_.parallel.fsdp_reshard_after_forward,
-      .prefetch = options_.parallel.fsdp_prefetch};
+      .prefetch = options_.parallel.fsdp_prefetch,
+      .cpu_offload = options_.precision.fsdp_cpu_offload};
+  if (options_.precision.fsdp_cpu_offload && groups_->device().is_cpu() &&
+      groups_->world().rank() == 0) {
+    LOG_INFO(
+        "--fsdp-cpu-offload: the trainer computes on the CPU, so its shards and optimizer "
+        "state are in host memory already; the flag changes nothing here");
+  }
   model_ =
       std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, fsdp_options, groups_->device());
   const auto& o = options_.optimizer;
@@ -114,7 +121,11 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
   FURLONG_CHECK(!asleep_, "train() called while the backend is asleep; call wake_up() first");
   current_rollout_ = rollout_id;
   auto& dp = mesh_->dp();
-  auto indices = dp_shard_indices(samples.size(), dp.rank(), dp.size());
+  std::vector<int64_t> total_lengths;
+  for (const auto& s : samples) total_lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  auto indices = options_.batch.balance_data
+                     ? balanced_dp_shard_indices(total_lengths, dp.rank(), dp.size())
+                     : dp_shard_indices(samples.size(), dp.rank(), dp.size());
   std::vector<const rl::Sample*> local;
   std::vector<int64_t> lengths;
   for (size_t i : indices) {
@@ -150,8 +161,7 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
 }
 
 void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items,
-                                    double step_tokens, const PolicyData* policy,
-                                    std::map<std::string, double>& sums) {
+                                    const PolicyData* policy, std::map<std::string, double>& sums) {
   auto out = model_->forward(mb.batch, forward_options());
   const bool per_token = options_.batch.calculate_per_token_loss;
   at::Tensor scaled;
@@ -168,10 +178,12 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
     for (const auto& [k, v] : loss.metrics) sums[k] += v;
     // FSDP averages gradients over the W ranks. Per sample: scaling by W / GBS makes the step's
     // gradient that of (1 / GBS) * sum over the step's samples of their per-sample mean loss
-    // (miles). Per token: W / (masked tokens of the step) gives the token mean of the step.
-    const double denominator = per_token ? std::max(step_tokens, 1.0)
-                                         : static_cast<double>(options_.derived.global_batch_size);
-    scaled = loss.loss * (static_cast<double>(mesh_->world_size()) / denominator);
+    // (miles). Per token (miles' FSDP backend): the micro-batch's token sum goes back unscaled,
+    // so the step's gradient is that of (1 / W) * the token sum over all ranks and
+    // micro-batches, not normalized by the number of tokens.
+    scaled = per_token ? loss.loss
+                       : loss.loss * (static_cast<double>(mesh_->world_size()) /
+                                      static_cast<double>(options_.derived.global_batch_size));
   }
   sums["count"] += per_token ? mb.layout.loss_mask_T.sum().item<double>()
                              : static_cast<double>(mb.num_samples());
@@ -186,19 +198,13 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   optimizer_->zero_grad();
   std::map<std::string, double> sums{{"count", 0.0}, {"loss", 0.0}};
   int64_t tokens = 0;
-  double step_tokens = 0;
-  for (const auto& items : micro_batches) {
-    for (size_t i : items) step_tokens += local[i]->remove ? 0.0 : local[i]->mask_sum();
-  }
-  if (options_.batch.calculate_per_token_loss)
-    step_tokens = mesh_->dp().all_reduce_sum(step_tokens);
   for (const auto& items : micro_batches) {
     std::vector<const rl::Sample*> samples;
     for (size_t i : items) {
       samples.push_back(local[i]);
       tokens += static_cast<int64_t>(local[i]->tokens.size());
     }
-    train_micro_batch(pack_micro_batch(samples), items, step_tokens, policy, sums);
+    train_micro_batch(pack_micro_batch(samples), items, policy, sums);
     if (progress_) progress_->advance();
   }
   auto& shard_group = mesh_->dp_shard();
@@ -231,7 +237,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   }
   m.values["tokens"] = sums["tokens"];
   m.values["grad_norm"] = grad_norm;
-  m.values["lr"] = lr;
+  m.values["lr-pg_0"] = lr;  // miles' name: the LR of parameter group 0
   if (options_.training_guard.skip_nonfinite_steps) m.values["skipped_step"] = skipped ? 1.0 : 0.0;
   m.values["step_time"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -60,8 +60,8 @@ class FsdpBackend : public TrainBackend {
                          const std::vector<std::vector<size_t>>& micro_batches,
                          const PolicyData* policy);
   // Forward + loss + backward of one micro-batch (`items`: its local sample indices); adds
-  // metric sums to `sums`. `step_tokens`: the step's masked tokens over all ranks.
-  void train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items, double step_tokens,
+  // metric sums to `sums`.
+  void train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items,
                          const PolicyData* policy, std::map<std::string, double>& sums);
   models::ForwardOptions forward_options() const;
   // Collective: fails, naming `what` and the first parameter found, if any rank's weight

@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "core/log.h"
 #include "dist/process_group.h"
@@ -35,12 +36,20 @@ double sum_of_masked_means(const std::vector<at::Tensor>& per_sample,
 
 }  // namespace
 
+// --ref-load (miles): the reference model's HF directory, else --hf-checkpoint. As in miles,
+// its shards always live in host memory (streamed to the device per unit); it must have the
+// actor's architecture, since the KL terms compare their log-probs token by token.
 void FsdpBackend::load_reference_model() {
-  const auto& hf = options_.model.hf_checkpoint;
+  const auto& hf = options_.model.ref_load.value_or(options_.model.hf_checkpoint);
+  FURLONG_CHECK(std::filesystem::is_directory(hf), "--ref-load ", hf,
+                " is not a directory (expected a HF model directory: config.json, safetensors)");
   auto model = models::create_model(models::read_hf_config(hf), hf + "/config.json");
+  FURLONG_CHECK(model->config().vocab_size == model_->model().config().vocab_size, "--ref-load ",
+                hf, ": vocabulary of ", model->config().vocab_size,
+                " rows, but the actor (--hf-checkpoint) has ", model_->model().config().vocab_size);
   fsdp::FsdpOptions ref_options = model_->options();
   ref_options.keep_fp32_master = false;  // frozen: the checkpoint's dtype is enough
-  ref_options.cpu_offload = options_.precision.fsdp_cpu_offload;
+  ref_options.cpu_offload = true;
   ref_model_ =
       std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, ref_options, groups_->device());
   ref_model_->load_hf(io::HfWeights::open(hf));

@@ -1,5 +1,8 @@
 #include "train/options.h"
 
+#include <ATen/Context.h>
+
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace furlong::train {
@@ -51,6 +54,39 @@ rl::LossOptions loss_options(const AlgorithmOptions& a, const BatchOptions& b) {
           .calculate_per_token_loss = b.calculate_per_token_loss,
           .use_opsm = a.use_opsm,
           .opsm_delta = a.opsm_delta};
+}
+
+ResolvedOffload resolve_offload(const TrainOptions& o) {
+  const auto& f = o.offload;
+  const bool implied = f.offload || o.rollout.colocate;
+  ResolvedOffload r;
+  r.train = f.offload_train_set ? f.offload_train : implied;
+  r.rollout = f.offload_rollout_set ? f.offload_rollout : implied;
+  if (o.precision.fsdp_cpu_offload) r.train = false;
+  return r;
+}
+
+std::string format_debug_rollout_path(const std::string& path_template, int64_t rollout_id) {
+  static const std::string kKey = "{rollout_id}";
+  std::string out = path_template;
+  for (size_t at = out.find(kKey); at != std::string::npos; at = out.find(kKey, at)) {
+    const auto id = std::to_string(rollout_id);
+    out.replace(at, kKey.size(), id);
+    at += id.size();
+  }
+  return out;
+}
+
+std::string trainer_compute_dtype_name(const PrecisionOptions& p, const std::string& device_type) {
+  if (p.fp16) return "float16";
+  const c10::Device device(device_type.empty() ? (at::hasCUDA() ? "cuda" : "cpu") : device_type);
+  return dtype_name(
+      parse_compute_dtype(p.compute_dtype, c10::kBFloat16, device, "--compute-dtype"));
+}
+
+std::string rl_engine_dtype(const PrecisionOptions& p, const std::string& device_type) {
+  const auto name = trainer_compute_dtype_name(p, device_type);
+  return name == "float16" ? "auto" : name;  // the engine has no fp16 path
 }
 
 }  // namespace furlong::train

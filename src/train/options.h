@@ -28,6 +28,7 @@ const char* loss_type_name(LossType type);
 
 struct ModelOptions {
   std::string hf_checkpoint;
+  std::optional<std::string> ref_load;  // HF directory of the reference model (KL); default hf
   std::string attn_implementation = "sdpa";
   bool gradient_checkpointing = false;
   bool fused_kernels = true;
@@ -52,6 +53,37 @@ struct PrecisionOptions {
   bool keep_fp32_master = true;
   bool fsdp_cpu_offload = false;
 };
+
+struct TrainOptions;
+
+// miles' --offload / --offload-train / --offload-rollout, as given (resolve_offload reads them).
+struct OffloadOptions {
+  bool offload = false;              // both of the two below
+  bool offload_train = false;        // the trainer's weights and optimizer leave the device
+  bool offload_rollout = false;      // the engine releases its memory while the trainer trains
+  bool offload_train_set = false;    // given on the command line / YAML (either polarity)
+  bool offload_rollout_set = false;  // given on the command line / YAML (either polarity)
+};
+// What the offload flags mean for this run (miles): --colocate turns both on unless negated;
+// --offload turns both on; --fsdp-cpu-offload turns offload_train off (its shards already live
+// in host memory, so sleep / wake_up have nothing to move).
+struct ResolvedOffload {
+  bool train = false;
+  bool rollout = false;
+};
+ResolvedOffload resolve_offload(const TrainOptions& options);
+
+// miles' debug switches of the RL loop.
+struct DebugOptions {
+  bool debug_rollout_only = false;  // generate and grade; no training, no weight sync
+  bool debug_train_only = false;    // no engines; needs --load-debug-rollout-data
+  // Path template with {rollout_id}: each rollout's samples are written there (JSON).
+  std::optional<std::string> save_debug_rollout_data;
+  // Path template with {rollout_id}: rollouts are read from there instead of generated.
+  std::optional<std::string> load_debug_rollout_data;
+};
+// `path_template` with every "{rollout_id}" replaced by `rollout_id`.
+std::string format_debug_rollout_path(const std::string& path_template, int64_t rollout_id);
 
 struct OptimizerOptions {
   std::string optimizer = "adam";
@@ -79,6 +111,7 @@ struct BatchOptions {
   bool use_dynamic_batch_size = false;
   std::optional<int64_t> max_tokens_per_gpu;
   bool calculate_per_token_loss = false;
+  bool balance_data = false;  // split a rollout over DP ranks by tokens (equal counts)
   LossType loss_type = LossType::kPolicyLoss;
 };
 
@@ -271,6 +304,8 @@ struct TrainOptions {
   ModelOptions model;
   ParallelOptions parallel;
   PrecisionOptions precision;
+  OffloadOptions offload;
+  DebugOptions debug;
   OptimizerOptions optimizer;
   BatchOptions batch;
   DataOptions data;
@@ -303,5 +338,15 @@ OrderedJson chat_template_kwargs(const DataOptions& data);
 rl::RewardNormOptions reward_norm_options(const TrainOptions& options);
 rl::AdvantageOptions advantage_options(const AlgorithmOptions& algorithm);
 rl::LossOptions loss_options(const AlgorithmOptions& algorithm, const BatchOptions& batch);
+
+// The dtype name ("bfloat16", "float16", "float32") the trainer computes in on `device_type`
+// ("cpu", "cuda"; "" = cuda when present, else cpu, the engine's default): --fp16, else
+// --compute-dtype with auto = bf16 where native, else fp32. RL engines compute in it too, so
+// trainer and engine log-probs come from the same arithmetic.
+std::string trainer_compute_dtype_name(const PrecisionOptions& precision,
+                                       const std::string& device_type);
+// The engine dtype of an RL run: the trainer's, except with --fp16 (the engine computes in
+// bf16 or fp32 only), where the engine's own default stays.
+std::string rl_engine_dtype(const PrecisionOptions& precision, const std::string& device_type);
 
 }  // namespace furlong::train

@@ -101,6 +101,9 @@ class ServerProcess {
               "--attn-implementation",
               o.model.attn_implementation,
               o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
+    // The trainer's compute dtype, so engine and trainer log-probs share their arithmetic.
+    c.argv.push_back("--dtype");
+    c.argv.push_back(rl_engine_dtype(o.precision, ""));
     if (o.rollout.engine_mem_fraction_static > 0) {
       c.argv.push_back("--mem-fraction-static");
       c.argv.push_back(std::to_string(o.rollout.engine_mem_fraction_static));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/files.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/prompt_dataset.h"
@@ -71,6 +72,58 @@ rl::Sample sample_from_json(const Json& j) {
   s.status = static_cast<rl::SampleStatus>(j["s"].get<int>());
   s.remove = j["rm"].get<bool>();
   return s;
+}
+
+// --save-debug-rollout-data: one rollout's samples as JSON (the training fields plus the
+// prompt, response, label and metadata), read back by load_debug_rollout.
+void save_debug_rollout(const TrainOptions& o, int64_t rollout_id,
+                        const std::vector<rl::Sample>& samples) {
+  Json all = Json::array();
+  for (const auto& s : samples) {
+    auto j = sample_to_json(s);
+    j["label"] = s.label;
+    j["metadata"] = s.metadata;
+    j["prompt"] = s.prompt;
+    j["response"] = s.response;
+    all.push_back(std::move(j));
+  }
+  const auto path = format_debug_rollout_path(*o.debug.save_debug_rollout_data, rollout_id);
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  write_file_atomic(path, Json{{"rollout_id", rollout_id}, {"samples", all}}.dump());
+  LOG_INFO("rollout ", rollout_id, ": ", samples.size(), " samples saved to ", path,
+           " (--save-debug-rollout-data)");
+}
+
+std::vector<rl::Sample> load_debug_rollout(const TrainOptions& o, int64_t rollout_id) {
+  const auto path = format_debug_rollout_path(*o.debug.load_debug_rollout_data, rollout_id);
+  FURLONG_CHECK(std::filesystem::exists(path), "--load-debug-rollout-data: ", path, " (rollout ",
+                rollout_id, ") does not exist");
+  Json doc;
+  try {
+    doc = Json::parse(read_file(path));
+  } catch (const std::exception& e) {
+    FURLONG_FAIL("--load-debug-rollout-data: ", path, " is not a saved rollout: ", e.what());
+  }
+  FURLONG_CHECK(doc.is_object() && doc.contains("samples") && doc["samples"].is_array(),
+                "--load-debug-rollout-data: ", path,
+                " has no \"samples\" list (write it with --save-debug-rollout-data)");
+  std::vector<rl::Sample> samples;
+  for (const auto& j : doc["samples"]) {
+    try {
+      auto s = sample_from_json(j);
+      s.label = j.value("label", std::string());
+      s.metadata = j.value("metadata", Json::object());
+      s.prompt = j.value("prompt", Json());
+      s.response = j.value("response", std::string());
+      samples.push_back(std::move(s));
+    } catch (const Json::exception& e) {
+      FURLONG_FAIL("--load-debug-rollout-data: ", path, ": sample ", samples.size(),
+                   " is malformed: ", e.what());
+    }
+    rl::validate_sample(samples.back(), path + " sample " + std::to_string(samples.size() - 1));
+  }
+  return samples;
 }
 
 // --rm-type / --rm-url: grades samples in place (remote failures after retries are counted in
@@ -142,7 +195,32 @@ struct RlRun {
   dist::Group& world() { return groups->world(); }
   bool root() { return world().rank() == 0; }
   bool colocated() const { return options.rollout.colocate; }
+  bool training() const { return !options.debug.debug_rollout_only; }
+  bool generating() const { return !options.debug.debug_train_only; }
+  ResolvedOffload offload;
 };
+
+// The debug switches' rules (before anything loads), and one line for each offload flag that
+// frees no device memory on this machine.
+void check_debug_and_offload(RlRun& run) {
+  const auto& d = run.options.debug;
+  FURLONG_CHECK(!(d.debug_rollout_only && d.debug_train_only),
+                "--debug-rollout-only and --debug-train-only exclude each other");
+  FURLONG_CHECK(!d.debug_train_only || d.load_debug_rollout_data,
+                "--debug-train-only starts no engines, so it needs --load-debug-rollout-data "
+                "(rollouts saved by an earlier run with --save-debug-rollout-data)");
+  FURLONG_CHECK(!(d.debug_rollout_only && d.load_debug_rollout_data),
+                "--debug-rollout-only with --load-debug-rollout-data would neither generate nor "
+                "train; drop one of them");
+  run.offload = resolve_offload(run.options);
+  const bool any = run.offload.train || run.offload.rollout;
+  if (any && run.root() && run.groups->device().is_cpu()) {
+    LOG_INFO("offload (train ", run.offload.train ? "on" : "off", ", rollout ",
+             run.offload.rollout ? "on" : "off",
+             "): the trainer and engine run on the CPU, so there is no device memory to free; "
+             "the same steps run (weights and optimizer state stay in host memory)");
+  }
+}
 
 void load_prompts(RlRun& run) {
   const auto& o = run.options;
@@ -167,15 +245,16 @@ void start_driver(RlRun& run) {
   const auto& o = run.options;
   auto& d = run.driver;
   d.source = std::make_unique<data::RolloutDataSource>(*d.dataset, o.data.n_samples_per_prompt);
-  auto state = run.backend->loaded_driver_state();
+  auto state = run.backend ? run.backend->loaded_driver_state() : Json::object();
   if (state.contains("data_source")) d.source->load_state(state["data_source"]);
+  d.logger = make_metrics_logger(o, run.start, /*console_table=*/true);
+  if (!run.engines) return;  // --debug-train-only: rollouts come from files
   d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
                                                    make_reward_fn(o));
   for (const auto& [name, path] : eval_sets(o.eval.eval_prompt_data)) {
     d.evals.push_back({name, std::make_unique<data::PromptDataset>(prompt_options(o, path, false),
                                                                    *d.tokenizer, d.chat.get())});
   }
-  d.logger = make_metrics_logger(o, run.start, /*console_table=*/true);
   LOG_INFO("rollout engines: ", run.engines->describe());
 }
 
@@ -187,6 +266,7 @@ void start_rl_run(RlRun& run, TrainOptions options) {
   FURLONG_CHECK(!o.data.prompt_data.empty(), "--prompt-data is required (a JSONL prompt file)");
   validate_rl_options(o);
   validate_engine_layout(o.rollout, run.world().size());
+  check_debug_and_offload(run);
   load_prompts(run);
   derive_batch_sizes(o, run.driver.dataset->size());
   if (run.root()) {
@@ -196,19 +276,24 @@ void start_rl_run(RlRun& run, TrainOptions options) {
              ", ", o.derived.train_iters, " optimizer steps, ", run.world().size(), " rank(s), ",
              o.rollout.colocate ? "colocated" : "disaggregated");
   }
-  run.backend = make_backend(o, *run.groups);
-  run.start = run.backend->init();
+  if (run.training()) {
+    run.backend = make_backend(o, *run.groups);
+    run.start = run.backend->init();
+  }
   run.stop = o.rollout.debug_exit_after_rollout
                  ? std::min(o.derived.num_rollout, run.start + *o.rollout.debug_exit_after_rollout)
                  : o.derived.num_rollout;
   const int rank = run.world().rank();
-  run.engines =
-      o.rollout.colocate ? make_colocated_engines(o, run.world()) : make_remote_engines(o, rank);
+  if (run.generating()) {
+    run.engines =
+        o.rollout.colocate ? make_colocated_engines(o, run.world()) : make_remote_engines(o, rank);
+  }
   if (run.root()) start_driver(run);
 }
 
 // Collective: the engines get the trainer's weights as version `version`.
 void sync_weights(RlRun& run, int64_t version) {
+  if (!run.backend || !run.engines) return;  // debug modes: nothing to send, or no one to
   Stopwatch watch;
   run.synced_bytes = run.engines->sync_weights(*run.backend, version,
                                                run.options.rollout.check_weight_update_equal);
@@ -217,7 +302,7 @@ void sync_weights(RlRun& run, int64_t version) {
 
 bool eval_due(RlRun& run, int64_t rollout_id, bool baseline) {
   const auto& e = run.options.eval;
-  if (!e.eval_interval) return false;
+  if (!e.eval_interval || !run.engines) return false;
   if (baseline) return rollout_id == run.start && !e.skip_eval_before_train;
   return (rollout_id + 1) % *e.eval_interval == 0;
 }
@@ -230,13 +315,22 @@ void maybe_eval(RlRun& run, int64_t rollout_id, bool baseline, Metrics& m) {
 }
 
 // Rank 0 generates and grades the rollout; every rank then holds the same samples.
-std::vector<rl::Sample> collect_rollout(RlRun& run, Metrics& m) {
+// --load-debug-rollout-data replaces generation by the saved samples of `rollout_id`;
+// --save-debug-rollout-data writes what was used.
+std::vector<rl::Sample> collect_rollout(RlRun& run, int64_t rollout_id, Metrics& m) {
   std::vector<rl::Sample> samples;
-  run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
-    auto result = run.driver.collector->collect();
-    samples = std::move(result.samples);
-    for (const auto& [k, v] : result.metrics) m[k] = v;
-  });
+  const auto& debug = run.options.debug;
+  if (run.root() && debug.load_debug_rollout_data) {
+    samples = load_debug_rollout(run.options, rollout_id);
+  } else if (!debug.load_debug_rollout_data && run.engines) {
+    run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
+      auto result = run.driver.collector->collect();
+      samples = std::move(result.samples);
+      for (const auto& [k, v] : result.metrics) m[k] = v;
+    });
+  }
+  if (run.root() && debug.save_debug_rollout_data)
+    save_debug_rollout(run.options, rollout_id, samples);
   broadcast_samples(samples, run.world());
   return samples;
 }
@@ -245,11 +339,12 @@ std::vector<rl::Sample> collect_rollout(RlRun& run, Metrics& m) {
 std::vector<StepMetrics> train_on(RlRun& run, int64_t rollout_id,
                                   const std::vector<rl::Sample>& samples, Metrics& m) {
   ScopedTimer timer(m, "perf/train_time");
+  if (!run.backend) return {};  // --debug-rollout-only
   return run.backend->train(rollout_id, samples);
 }
 
 void maybe_save(RlRun& run, int64_t rollout_id, Metrics& m) {
-  if (!save_due(run.options, rollout_id, run.world())) return;
+  if (!run.backend || !save_due(run.options, rollout_id, run.world())) return;
   ScopedTimer timer(m, "perf/save_model_time");
   Json state = Json::object();
   if (run.root()) state["data_source"] = run.driver.source->state();
@@ -257,29 +352,59 @@ void maybe_save(RlRun& run, int64_t rollout_id, Metrics& m) {
   if (run.root()) remove_save_sentinel(run.options);
 }
 
-// miles' colocated order after training: the trainer offloads, the engine takes its memory
-// back, then the weights move (the trainer wakes first here: gathering needs its shards).
+// miles' order after training: with --offload-train the trainer offloads, with
+// --offload-rollout the engine takes its memory back, then the weights move (the trainer
+// wakes first here: gathering needs its shards).
 void hand_memory_to_engine(RlRun& run, Metrics& m) {
-  {
+  const bool train = run.offload.train && run.backend;
+  if (train) {
     ScopedTimer timer(m, "perf/sleep_time");
     run.backend->sleep();
   }
-  run.engines->resume_memory();
-  ScopedTimer timer(m, "perf/wake_up_time");
-  run.backend->wake_up();
+  if (run.offload.rollout && run.engines) run.engines->resume_memory();
+  if (train) {
+    ScopedTimer timer(m, "perf/wake_up_time");
+    run.backend->wake_up();
+  }
 }
 
-// The training steps' metrics under miles' names (train/<name>, scoped names kept), plus the
-// previous weight sync and the step time; then one row to every metrics sink.
+// The train/* row of one optimizer step under miles' names (train/<name>), with its
+// train/step = rollout_id * steps + index (miles' step counter). Scoped names (rollout/...,
+// perf/...) go to the rollout's row `rollout_row` instead.
+Metrics train_row(const StepMetrics& step, int64_t train_step, Metrics& rollout_row) {
+  Metrics row;
+  for (const auto& [k, v] : step.values) {
+    if (k.find('/') != std::string::npos) {
+      rollout_row[k] = v;
+    } else {
+      row["train/" + k] = v;
+    }
+  }
+  if (row.count("train/entropy_loss")) row["train/entropy"] = row["train/entropy_loss"];
+  row["train/step"] = static_cast<double>(train_step);
+  return row;
+}
+
+// Every optimizer step's train/* metrics at its own train/step (miles), then the rollout's row
+// (rollout/*, perf/*, eval/*) at rollout_id. With one step per rollout the two steps coincide
+// and one row carries both.
 void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>& steps,
                  Metrics& m) {
   if (!run.root()) return;
-  for (const auto& step : steps) {
-    for (const auto& [k, v] : step.values)
-      m[k.find('/') != std::string::npos ? k : "train/" + k] = v;
+  const auto per_rollout = static_cast<int64_t>(steps.size());
+  std::vector<Metrics> rows;
+  for (int64_t j = 0; j < per_rollout; ++j) {
+    rows.push_back(train_row(steps[static_cast<size_t>(j)], rollout_id * per_rollout + j, m));
   }
-  if (m.count("train/entropy_loss")) m["train/entropy"] = m["train/entropy_loss"];
   m["perf/step_time"] = m["perf/rollout_time"] + m["perf/train_time"];
+  m["rollout/step"] = static_cast<double>(rollout_id);
+  if (per_rollout == 1) {
+    m.insert(rows.front().begin(), rows.front().end());
+    rows.clear();
+  }
+  for (const auto& row : rows) {
+    log_metrics(*run.driver.logger, static_cast<int64_t>(row.at("train/step")), row);
+  }
   log_metrics(*run.driver.logger, rollout_id, m);
 }
 
@@ -292,13 +417,13 @@ int run_rl(TrainOptions options) {
   for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
     Metrics m;
     maybe_eval(run, rollout_id, /*baseline=*/true, m);  // logged with this rollout's row
-    auto samples = collect_rollout(run, m);
-    if (run.colocated()) run.engines->release_memory();
+    auto samples = collect_rollout(run, rollout_id, m);
+    if (run.offload.rollout && run.engines) run.engines->release_memory();
     auto steps = train_on(run, rollout_id, samples, m);
     m["perf/update_weights_time"] = run.synced_seconds;  // the previous sync (miles)
     m["perf/update_weights_bytes"] = static_cast<double>(run.synced_bytes);
     maybe_save(run, rollout_id, m);
-    if (run.colocated()) hand_memory_to_engine(run, m);
+    hand_memory_to_engine(run, m);
     sync_weights(run, rollout_id + 1);
     maybe_eval(run, rollout_id, /*baseline=*/false, m);
     log_rollout(run, rollout_id, steps, m);

@@ -35,7 +35,7 @@ std::string format_step(const StepMetrics& m, int64_t total_steps) {
   std::snprintf(buf, sizeof(buf),
                 "step %lld/%lld | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), get("loss"),
-                get("grad_norm"), get("lr"), get("tokens") / seconds);
+                get("grad_norm"), get("lr-pg_0"), get("tokens") / seconds);
   return buf;
 }
 

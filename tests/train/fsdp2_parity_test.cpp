@@ -64,8 +64,10 @@ constexpr int kGlobalBatch = 8;
 
 struct Topology {
   int nproc, replicas, micro_batch_size;
+  bool per_token = false;  // --calculate-per-token-loss on both sides
   std::string name() const {
-    return "r" + std::to_string(replicas) + "s" + std::to_string(nproc / replicas);
+    return "r" + std::to_string(replicas) + "s" + std::to_string(nproc / replicas) +
+           (per_token ? "_per_token" : "");
   }
 };
 
@@ -106,6 +108,7 @@ class Fsdp2Parity : public ::testing::Test {
                                       "1.0",
                                       "--launch",
                                       std::to_string(t.nproc)};
+    if (t.per_token) flags.push_back("--calculate-per-token-loss");
     std::string key;
     for (const auto& f : flags) key += f + " ";
     for (const char* file : {"model/config.json", "model/model.safetensors", "data.jsonl"}) {
@@ -156,6 +159,7 @@ class Fsdp2Parity : public ::testing::Test {
                                      "--no-save-optim",
                                      "--metrics-file",
                                      (run_dir / "metrics.jsonl").string()};
+    if (t.per_token) argv.push_back("--calculate-per-token-loss");
     fs::remove_all(run_dir);
     fs::create_directories(run_dir);
     auto r = run_ranks(t.nproc, argv);
@@ -214,6 +218,16 @@ fs::path Fsdp2Parity::dir_;
 
 TEST_F(Fsdp2Parity, MatchesPyTorchFsdp2AtR1S2WithGradientAccumulation) {
   expect_parity({.nproc = 2, .replicas = 1, .micro_batch_size = 2});
+}
+
+// --calculate-per-token-loss as miles' FSDP backend computes it: each micro-batch backpropagates
+// its token sum unscaled (the gradient is the step's token sum over W, never divided by the
+// token count); the reference does exactly that in PyTorch. Two micro-batches per rank, so the
+// sums accumulate across micro-batches and ranks. The same tolerance derivation holds (sums of
+// positive terms); a token-mean scaling instead would change the grad norms by the step's
+// token count over W (~60x here).
+TEST_F(Fsdp2Parity, PerTokenLossMatchesPyTorchFsdp2TokenSumAtR1S2) {
+  expect_parity({.nproc = 2, .replicas = 1, .micro_batch_size = 2, .per_token = true});
 }
 
 TEST_F(Fsdp2Parity, MatchesPyTorchFsdp2AtR1S4WithPaddedShards) {

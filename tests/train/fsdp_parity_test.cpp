@@ -133,5 +133,45 @@ TEST_F(FsdpParity, SleepWakeUpAndMicroBatchingChangeNothing) {
   expect_close(run("mbs_one", 0, s), 1, whole, "micro-batch 1 + checkpointing");
 }
 
+// --fsdp-cpu-offload reaches the actor, and --offload-train (sleep before, wake_up after every
+// rollout) moves nothing but where the memory is: on this CPU-only machine there is no device
+// memory, so the shards and optimizer state must sit in host memory (where miles puts them
+// under either flag) and every number of training must be bit-identical to the plain run.
+TEST_F(FsdpParity, ActorCpuOffloadAndOffloadTrainKeepTrainingBitIdentical) {
+  std::vector<std::string> flags = {"--model", (dir_ / "model_bf16").string(), "--rollouts",
+                                    "2",       "--dp-replicate-size",          "1"};
+  auto plain = run("offload_plain", 2, flags);
+  auto f = flags;
+  f.push_back("--fsdp-cpu-offload");
+  auto offloaded = run("offload_cpu", 2, f);
+  f = flags;
+  f.push_back("--offload-train");
+  auto slept = run("offload_train", 2, f);
+
+  auto plain_placement = read_json_file(plain / "placement.json");
+  EXPECT_FALSE(plain_placement["cpu_offload"].get<bool>());
+  auto placement = read_json_file(offloaded / "placement.json");
+  EXPECT_TRUE(placement["cpu_offload"].get<bool>()) << "the actor was built without CPU offload";
+  for (const auto& dump : {placement, read_json_file(slept / "placement.json")}) {
+    ASSERT_FALSE(dump["shard_devices"].empty());
+    ASSERT_FALSE(dump["optimizer_state_devices"].empty());
+    for (const auto& d : dump["shard_devices"]) EXPECT_EQ(d.get<std::string>(), "cpu");
+    for (const auto& d : dump["optimizer_state_devices"]) EXPECT_EQ(d.get<std::string>(), "cpu");
+  }
+  auto want_losses = read_json_file(plain / "losses.json");
+  ASSERT_EQ(want_losses.size(), 2u);
+  auto want = read_dumps(plain, 2);
+  for (const auto& dir : {offloaded, slept}) {
+    // Bit-identical: the same doubles, not merely close ones.
+    EXPECT_EQ(read_json_file(dir / "losses.json").dump(), want_losses.dump()) << dir;
+    auto got = read_dumps(dir, 2);
+    for (int r = 0; r < 2; ++r) {
+      for (const auto& [name, t] : want[r]) {
+        EXPECT_TRUE(at::equal(t, got[r][name])) << dir << " rank " << r << " " << name;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace furlong::train

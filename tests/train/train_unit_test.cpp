@@ -18,7 +18,9 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "engine/server/client.h"
+#include "train/batching.h"
 #include "train/checkpoint.h"
+#include "train/options.h"
 #include "train/rollout_engines.h"
 #include "train/sft_data.h"
 
@@ -26,6 +28,13 @@ namespace furlong::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// SftDataOptions reading `path`, every other field at its default.
+SftDataOptions sft_data_at(const std::string& path) {
+  SftDataOptions o;
+  o.path = path;
+  return o;
+}
 using Clock = std::chrono::steady_clock;
 
 fs::path fresh_dir(const std::string& name) {
@@ -56,17 +65,19 @@ std::vector<int64_t> first_tokens(const std::vector<rl::Sample>& samples) {
 
 TEST(SftData, AcceptsTheRowSliceSyntaxOfRlPromptData) {
   auto file = write_tokenized_rows(fresh_dir("sft_slice")).string();
-  EXPECT_EQ(first_tokens(load_sft_samples({.path = file}, "")),
+  EXPECT_EQ(first_tokens(load_sft_samples(sft_data_at(file), "")),
             (std::vector<int64_t>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(first_tokens(load_sft_samples({.path = file + "@[1:3]"}, "")),
+  EXPECT_EQ(first_tokens(load_sft_samples(sft_data_at(file + "@[1:3]"), "")),
             (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(first_tokens(load_sft_samples({.path = file + "@[-2:]"}, "")),
+  EXPECT_EQ(first_tokens(load_sft_samples(sft_data_at(file + "@[-2:]"), "")),
             (std::vector<int64_t>{3, 4}));
-  EXPECT_EQ(first_tokens(load_sft_samples({.path = file + "@[:1]"}, "")),
+  EXPECT_EQ(first_tokens(load_sft_samples(sft_data_at(file + "@[:1]"), "")),
             (std::vector<int64_t>{0}));
-  auto empty = furlong::testing::error_of([&] { load_sft_samples({.path = file + "@[4:2]"}, ""); });
+  auto empty =
+      furlong::testing::error_of([&] { load_sft_samples(sft_data_at(file + "@[4:2]"), ""); });
   EXPECT_NE(empty.find("selects no rows out of 5"), std::string::npos) << empty;
-  auto bad = furlong::testing::error_of([&] { load_sft_samples({.path = file + "@[x:2]"}, ""); });
+  auto bad =
+      furlong::testing::error_of([&] { load_sft_samples(sft_data_at(file + "@[x:2]"), ""); });
   EXPECT_NE(bad.find("is not an integer"), std::string::npos) << bad;
 }
 
@@ -217,6 +228,61 @@ TEST(EngineRequestTimeout, ANegativeBoundIsRejected) {
   auto error = furlong::testing::error_of([&] { make_remote_engines(options, 0); });
   EXPECT_NE(error.find("--rollout-engine-request-timeout must be >= 0"), std::string::npos)
       << error;
+}
+
+// --balance-data: equal counts per rank, every sample once, and token totals balanced where the
+// strided split (r, r + W, ...) is not: lengths 1..8 over 2 ranks split 16 / 20 strided; the
+// equal-size Karmarkar-Karp partition reaches 18 / 18 (pairs (8,5)+(4,1) vs (7,6)+(3,2)).
+TEST(BalanceData, EqualCountPartitionBalancesTokenTotals) {
+  const std::vector<int64_t> lengths = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<size_t> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto part = balanced_dp_shard_indices(lengths, rank, 2);
+    EXPECT_EQ(part.size(), 4u);
+    EXPECT_TRUE(std::is_sorted(part.begin(), part.end()));
+    int64_t total = 0;
+    for (size_t i : part) total += lengths[i];
+    EXPECT_EQ(total, 18) << "rank " << rank;
+    seen.insert(seen.end(), part.begin(), part.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Strided, for contrast: the imbalance the flag removes.
+  int64_t strided0 = 0;
+  for (size_t i : dp_shard_indices(lengths.size(), 0, 2)) strided0 += lengths[i];
+  EXPECT_EQ(strided0, 16);
+  try {
+    balanced_dp_shard_indices({1, 2, 3}, 0, 2);
+    ADD_FAILURE() << "3 samples over 2 ranks must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--balance-data"), std::string::npos) << e.what();
+  }
+}
+
+// miles' offload rules: --colocate implies both unless negated, --offload sets both, and
+// --fsdp-cpu-offload turns offload-train off.
+TEST(Offload, ResolvesAsMiles) {
+  TrainOptions o;
+  EXPECT_FALSE(resolve_offload(o).train);
+  EXPECT_FALSE(resolve_offload(o).rollout);
+  o.rollout.colocate = true;
+  EXPECT_TRUE(resolve_offload(o).train);
+  EXPECT_TRUE(resolve_offload(o).rollout);
+  o.offload.offload_train_set = true;  // --no-offload-train
+  EXPECT_FALSE(resolve_offload(o).train);
+  EXPECT_TRUE(resolve_offload(o).rollout);
+  o = TrainOptions{};
+  o.offload.offload = true;
+  EXPECT_TRUE(resolve_offload(o).train && resolve_offload(o).rollout);
+  o.precision.fsdp_cpu_offload = true;
+  EXPECT_FALSE(resolve_offload(o).train);
+  EXPECT_TRUE(resolve_offload(o).rollout);
+}
+
+TEST(DebugRolloutData, PathTemplateReplacesEveryRolloutId) {
+  EXPECT_EQ(format_debug_rollout_path("/d/{rollout_id}/r_{rollout_id}.json", 12),
+            "/d/12/r_12.json");
+  EXPECT_EQ(format_debug_rollout_path("/d/fixed.json", 3), "/d/fixed.json");
 }
 
 }  // namespace
