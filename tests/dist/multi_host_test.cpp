@@ -16,8 +16,8 @@
 //     every sync, else the run fails).
 //
 // Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for `ip netns`; without it every case skips, saying
-// why. Namespaces are named furlong-t-<pid>-{a,b}; they are removed when the test ends (also on
-// failure), and stale ones from an earlier run of this test whose process is gone are removed
+// why. Namespaces are named furlong-t-<pid>-<case>-{a,b}; they are removed when the test ends (also
+// on failure), and stale ones from an earlier run of this test whose process is gone are removed
 // first.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -49,13 +49,18 @@ class TwoHosts {
  public:
   TwoHosts() : pid_(::getpid()) {
     remove_stale();
-    const int net = static_cast<int>(pid_ % 250) + 1;
+    // Fresh names and subnet per instance: the kernel removes a deleted namespace's veth pair
+    // asynchronously, so the next case must not reuse its names.
+    static int instances = 0;
+    const int n = instances++;
+    const int net = static_cast<int>((pid_ * 7 + n) % 250) + 1;
     addr_a_ = "10.213." + std::to_string(net) + ".1";
     addr_b_ = "10.213." + std::to_string(net) + ".2";
-    ns_a_ = "furlong-t-" + std::to_string(pid_) + "-a";
-    ns_b_ = "furlong-t-" + std::to_string(pid_) + "-b";
-    const std::string veth_a = "flt" + std::to_string(pid_) + "a";
-    const std::string veth_b = "flt" + std::to_string(pid_) + "b";
+    const std::string id = std::to_string(pid_) + "-" + std::to_string(n);
+    ns_a_ = "furlong-t-" + id + "-a";
+    ns_b_ = "furlong-t-" + id + "-b";
+    const std::string veth_a = "flt" + std::to_string(pid_) + std::to_string(n % 10) + "a";
+    const std::string veth_b = "flt" + std::to_string(pid_) + std::to_string(n % 10) + "b";
     auto add = run_command("ip netns add " + ns_a_ + " 2>&1");
     if (add.exit_code != 0) {
       skip_reason_ =
