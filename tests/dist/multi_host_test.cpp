@@ -423,5 +423,50 @@ TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
   EXPECT_EQ(rows, 3) << r.output;
 }
 
+// ----- the same rules through `furlong train`, on this host (no namespaces needed) -----
+
+TEST(TrainPlacement, AWorldOfAnotherShapeIsRefusedBeforeAnythingLoads) {
+  auto dir = scratch_dir();
+  auto flags = hsdp_flags(dir / "metrics.jsonl");
+  flags.insert(flags.end(), {"--actor-num-nodes", "1", "--actor-num-gpus-per-node", "3"});
+  auto r = run_command(std::string(kClean) + "timeout -k 5 60 " +
+                       shell_quote(furlong_binary().string()) + " launch --nproc-per-node 2 -- " +
+                       shell_quote(furlong_binary().string()) + " train " + join_quoted(flags) +
+                       " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--actor-num-nodes 1 x --actor-num-gpus-per-node 3 = 3 ranks, but this "
+                          "process is rank"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("of a world of 2"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl"));
+}
+
+// What srun used to do silently: every task a world of one, all writing one --save directory.
+TEST(TrainPlacement, AnIncompleteSlurmEnvironmentIsRefused) {
+  auto dir = scratch_dir();
+  auto r = run_command(std::string(kClean) + "SLURM_PROCID=1 SLURM_NTASKS=4 timeout -k 5 60 " +
+                       shell_quote(furlong_binary().string()) + " train " +
+                       join_quoted(hsdp_flags(dir / "metrics.jsonl")) + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the Slurm environment is incomplete: SLURM_LOCALID not set"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "metrics.jsonl"));
+}
+
+TEST(TrainPlacement, MoreThanOneNodeWithoutALaunchEnvironmentIsRefused) {
+  auto dir = scratch_dir();
+  auto flags = hsdp_flags(dir / "metrics.jsonl");
+  flags.insert(flags.end(), {"--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2"});
+  auto r = run_command(std::string(kClean) + "timeout -k 5 60 " +
+                       shell_quote(furlong_binary().string()) + " train " + join_quoted(flags) +
+                       " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--actor-num-nodes 2 needs a multi-node launch environment"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace furlong::testing
