@@ -282,19 +282,40 @@ TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
   EXPECT_NE(r2.output.find("--ref-load"), std::string::npos) << r2.output;
 }
 
-// By default the engine computes in the trainer's dtype, so the engine's re-scored log-probs
-// (--engine-exact-logprobs, the trainer's code path) equal the trainer's old-policy pass:
-// train_rollout_logprob_abs_diff is the mean |trainer - engine| over the step's tokens.
+// The dtype named in the first line of `output` that contains `marker`, right after it.
+std::string logged_dtype(const std::string& output, const std::string& marker) {
+  const auto at = output.find(marker);
+  if (at == std::string::npos) return "";
+  for (const char* name : {"bfloat16", "float32", "float16"}) {
+    const auto end = output.find('\n', at);
+    const auto found = output.find(name, at + marker.size());
+    if (found != std::string::npos && found < end) return name;
+  }
+  return "";
+}
+
+// By default the engine computes in the trainer's dtype (both log it): the trainer's auto is
+// bf16 where native, else fp32, whatever the checkpoint's dtype. With the same dtype and the
+// trainer's code path (--engine-exact-logprobs), the engine's log-probs match the trainer's
+// old-policy pass: train_rollout_logprob_abs_diff (mean |trainer - engine| over the step's
+// tokens) stays within 1e-4, the fp32 bound derived in tests/e2e/rl_e2e_test.cpp (forward
+// budget of the exact logits, two computations; measured here: 0 in fp32 and in bf16, the rows
+// of a packed batch being computed independently). An engine left in the checkpoint's fp32
+// while the trainer computes in bf16 differed by 8.4e-4 on this model.
 void expect_engine_matches_trainer(const fs::path& model, const std::string& what) {
   auto dir = scratch_dir();
   auto flags = rl_flags(dir);
   set_flag(flags, "--hf-checkpoint", model.string());
-  set_flag(flags, "--compute-dtype", "auto");  // the default: bf16 where native, else fp32
+  set_flag(flags, "--compute-dtype", "auto");  // the default
   set_flag(flags, "--num-steps-per-rollout", "1");
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+  const auto trainer = logged_dtype(r.output, "trainer compute dtype: ");
+  const auto engine = logged_dtype(r.output, "engine: loaded ");
+  EXPECT_FALSE(trainer.empty()) << r.output;
+  EXPECT_EQ(engine, trainer) << what << ": the engine computes in another dtype";
   for (const auto& row : rows_with(read_rows(dir / "metrics.jsonl"), "train/step")) {
-    EXPECT_EQ(row["train/train_rollout_logprob_abs_diff"].get<double>(), 0.0)
+    EXPECT_LE(row["train/train_rollout_logprob_abs_diff"].get<double>(), 1e-4)
         << what << " step " << row["train/step"];
   }
 }
