@@ -8,6 +8,11 @@ Goals (issue 5): weight sync under 10% of the step time; colocated sync at >= 50
 bandwidth. The first rollout of each run is left out (warm-up); figures are medians.
 
   .venv/bin/python bench/rl_bench.py [--build-dir build] [--rollouts 5] [--quick]
+
+--colocated-scaling runs only the colocated rollout-throughput scenario (issue 10): the same
+rollouts on 1 rank with 1 thread, on 2 ranks with 1 thread each (one engine per rank, each
+serving half of the prompt groups), and on 1 rank with 2 threads (the same cores as 2 ranks);
+it writes bench/results/rl_bench_colocated_scaling.json.
 """
 import argparse
 import json
@@ -101,18 +106,126 @@ def run(furlong, model, data, work, layout, rollouts, rbs, n, max_len, threads):
     return row
 
 
+def cpu_features():
+    """The CPU's model name and the SIMD flags that decide the kernels' speed."""
+    info = {"model": platform.processor() or platform.machine(), "simd": []}
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["model"] = value.strip()
+        elif key.strip() == "flags":
+            wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                      "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+            info["simd"] = [f for f in value.split() if f in wanted]
+            break
+    return info
+
+
+def accepts_flag(furlong, flag):
+    out = subprocess.run([str(furlong), "train", "--help"], capture_output=True, text=True)
+    return flag in out.stdout + out.stderr
+
+
+def scaling_run(furlong, model, data, work, nproc, threads, rollouts, rbs, n, max_len,
+                rollout_only):
+    """One colocated run; rollout throughput from its metrics (the first rollout left out)."""
+    tag = f"{model.name}-colocated-{nproc}r{threads}t"
+    metrics = work / f"{tag}.metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    cmd = [str(furlong)]
+    if nproc > 1:
+        cmd += ["launch", "--nproc-per-node", str(nproc), "--", str(furlong)]
+    cmd += ["train", "--hf-checkpoint", str(model), "--prompt-data", str(data),
+            "--label-key", "label", "--rm-type", "exact_match", "--rollout-skip-special-tokens",
+            "--rollout-batch-size", str(rbs), "--n-samples-per-prompt", str(n),
+            "--num-rollout", str(rollouts), "--rollout-max-response-len", str(max_len),
+            "--lr", "1e-4", "--compute-dtype", "float32",
+            "--micro-batch-size", str(rbs * n // nproc), "--metrics-file", str(metrics),
+            "--num-threads", str(threads), "--engine-num-threads", str(threads), "--colocate"]
+    if rollout_only:
+        cmd.append("--debug-rollout-only")
+    env = dict(os.environ, FURLONG_NO_PROGRESS="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{tag} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    layout = next((line.split("rollout engines: ", 1)[1] for line in proc.stdout.splitlines()
+                   + proc.stderr.splitlines() if "rollout engines: " in line), "")
+    rows = [json.loads(line) for line in open(metrics)][1:]
+    seconds = [r["perf/rollout_time"] for r in rows]
+    tokens = [r["rollout/response_len/mean"] * rbs * n for r in rows]
+    rollout_s = statistics.median(seconds)
+    row = {"ranks": nproc, "threads_per_rank": threads, "engines_layout": layout,
+           "rollouts_measured": len(rows), "samples_per_rollout": rbs * n,
+           "rollout_s": rollout_s, "rollout_s_all": seconds,
+           "samples_per_s": rbs * n / rollout_s,
+           "tokens_per_s": statistics.median(t / s for t, s in zip(tokens, seconds)),
+           "response_tokens_per_rollout": statistics.median(tokens)}
+    print(f"  {nproc} rank(s) x {threads} thread(s): rollout {rollout_s:7.3f}s  "
+          f"{row['samples_per_s']:7.2f} samples/s  {row['tokens_per_s']:8.1f} tokens/s  "
+          f"[{layout}]", flush=True)
+    return row
+
+
+def colocated_scaling(furlong, work, data, args):
+    if args.quick:
+        model, rbs, n, max_len = (init_model(furlong, "demo", DEMO_CONFIG,
+                                             ROOT / "examples/tokenizers/arith", work), 16, 8, 16)
+    else:
+        big = json.loads((ROOT / "bench/configs/qwen3_100m.json").read_text())
+        model = init_model(furlong, "qwen3_100m", big, ROOT / ".cache/tokenizers/qwen3", work)
+        rbs, n, max_len = 8, 4, 24
+    rollout_only = accepts_flag(furlong, "debug-rollout-only")
+    print(f"Colocated rollout throughput, {model.name}, {rbs} prompts x {n} samples, "
+          f"<= {max_len} tokens each ({'rollouts only' if rollout_only else 'with training'}):")
+    one = scaling_run(furlong, model, data, work, 1, 1, args.rollouts, rbs, n, max_len,
+                      rollout_only)
+    two = scaling_run(furlong, model, data, work, 2, 1, args.rollouts, rbs, n, max_len,
+                      rollout_only)
+    one_wide = scaling_run(furlong, model, data, work, 1, 2, args.rollouts, rbs, n, max_len,
+                           rollout_only)
+    ratios = {"2_ranks_1_thread_vs_1_rank_1_thread": two["tokens_per_s"] / one["tokens_per_s"],
+              "1_rank_2_threads_vs_1_rank_1_thread":
+                  one_wide["tokens_per_s"] / one["tokens_per_s"],
+              "2_ranks_1_thread_vs_1_rank_2_threads":
+                  two["tokens_per_s"] / one_wide["tokens_per_s"]}
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}x")
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "cpu": cpu_features(), "model": model.name,
+            "rollout_only": rollout_only,
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                     capture_output=True, text=True).stdout.strip(),
+            "notes": "CPU only: one rank stands for one GPU. Rollout throughput = response tokens "
+                     "of a rollout / its perf/rollout_time (generation + grading), median over "
+                     "the rollouts after the first. The machine was shared with other builds: "
+                     "read the ratios, not the absolute figures."}
+    out = ROOT / "bench" / "results" / "rl_bench_colocated_scaling.json"
+    out.write_text(json.dumps({"meta": meta, "results": [one, two, one_wide],
+                               "ratios": ratios}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build-dir", default="build")
     p.add_argument("--rollouts", type=int, default=5)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--quick", action="store_true", help="demo model only")
+    p.add_argument("--colocated-scaling", action="store_true",
+                   help="only the colocated 1 vs 2 rank rollout-throughput scenario")
     args = p.parse_args()
     build = (ROOT / args.build_dir).resolve()
     furlong = build / "furlong"
     work = build / "bench_rl"
     work.mkdir(parents=True, exist_ok=True)
     data = prompts(work)
+    if args.colocated_scaling:
+        colocated_scaling(furlong, work, data, args)
+        return
     demo = init_model(furlong, "demo", DEMO_CONFIG, ROOT / "examples/tokenizers/arith", work)
     runs = [(demo, 16, 8, 4)]
     if not args.quick:

@@ -32,6 +32,7 @@
 #include "engine/server/client.h"
 #include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
+#include "train/engine_layout.h"
 #include "train/rollout_engines.h"
 
 namespace furlong::train {
@@ -157,8 +158,10 @@ class RemoteEngines : public RolloutEngines {
     if (rank != 0) return;
     auto urls = options.rollout.rollout_engine_urls;
     if (urls.empty()) {
-      FURLONG_CHECK(options.rollout.rollout_num_engines >= 1, "--rollout-num-engines must be >= 1");
-      for (int i = 0; i < options.rollout.rollout_num_engines; ++i) {
+      // --rollout-num-gpus / --rollout-num-gpus-per-engine when given (train/engine_layout.h)
+      const int64_t count = disaggregated_num_engines(options.rollout);
+      FURLONG_CHECK(count >= 1, "--rollout-num-engines must be >= 1");
+      for (int i = 0; i < count; ++i) {
         servers_.push_back(
             std::make_unique<ServerProcess>(options, dist::pick_free_port("127.0.0.1"), i));
         urls.push_back(servers_.back()->url());

@@ -269,7 +269,15 @@ RolloutResult RolloutCollector::collect() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics["perf/rollout_time"] = seconds;
-  metrics["perf/tokens_per_gpu_per_sec"] = tokens / std::max(seconds, 1e-9);
+  // miles: response tokens / rollout time / rollout GPUs (colocated: the engines' ranks).
+  const auto& r = options_.rollout;
+  const int64_t servers = r.rollout_engine_urls.empty()
+                              ? disaggregated_num_engines(r)
+                              : static_cast<int64_t>(r.rollout_engine_urls.size());
+  const int64_t gpus = r.colocate ? engines_.num_engines() * r.rollout_num_gpus_per_engine
+                                  : r.rollout_num_gpus.value_or(servers);
+  metrics["perf/tokens_per_gpu_per_sec"] =
+      tokens / std::max(seconds, 1e-9) / static_cast<double>(std::max<int64_t>(gpus, 1));
   metrics["rollout/generated_groups"] = static_cast<double>(generated_groups);
   for (const auto& [k, v] : pass_at_k(group_raw)) {
     metrics["passrate/pass@" + std::to_string(k)] = v;
