@@ -258,22 +258,34 @@ TEST(MigrationEndToEnd, DebugRolloutOnlyGeneratesWithoutTraining) {
 }
 
 // --ref-load names the reference model's own directory: another model's log-probs, so a KL
-// that is 0 against the actor's checkpoint (previous test) is positive here; OPSM and the
-// unbiased KL reach the loss (their metric appears; on the first, on-policy step nothing is
-// masked and the ratio is 1). A directory that does not exist is a clear error.
+// that is 0 against the actor's checkpoint (previous test) is positive here. OPSM and the
+// unbiased KL reach the loss: on a rollout's first (on-policy) step OPSM masks nothing and the
+// unbiased weight exp(logp - logp_old) is exactly 1, so the KL equals the plain run's; on the
+// second step (the weights moved) OPSM at --opsm-delta 0 masks the negative-advantage samples
+// that drifted, and the weighted KL differs. A --ref-load that does not exist is a clear error.
 TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
+  auto run = [](const fs::path& dir, bool unbiased) {
+    auto flags = rl_flags(dir);
+    flags.insert(flags.end(), {"--use-kl-loss", "--kl-loss-coef", "0.01", "--use-opsm",
+                               "--opsm-delta", "0", "--ref-load", fixture().other_model.string()});
+    if (unbiased) flags.push_back("--use-unbiased-kl");
+    set_flag(flags, "--num-rollout", "1");
+    auto r = run_train(flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return rows_with(read_rows(dir / "metrics.jsonl"), "train/step");
+  };
   auto dir = scratch_dir();
-  auto flags = rl_flags(dir);
-  flags.insert(flags.end(), {"--use-kl-loss", "--kl-loss-coef", "0.01", "--use-unbiased-kl",
-                             "--use-opsm", "--ref-load", fixture().other_model.string()});
-  set_flag(flags, "--num-rollout", "1");
-  auto r = run_train(flags);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto steps = rows_with(read_rows(dir / "metrics.jsonl"), "train/step");
+  fs::create_directories(dir / "plain");
+  const auto steps = run(dir, true);
+  const auto plain = run(dir / "plain", false);
   ASSERT_EQ(steps.size(), 2u);
+  ASSERT_EQ(plain.size(), 2u);
   EXPECT_GT(steps[0]["train/kl_loss"].get<double>(), 0.0);
   ASSERT_TRUE(steps[0].contains("train/opsm_clipfrac"));
   EXPECT_EQ(steps[0]["train/opsm_clipfrac"].get<double>(), 0.0);
+  EXPECT_GT(steps[1]["train/opsm_clipfrac"].get<double>(), 0.0);
+  EXPECT_EQ(steps[0]["train/kl_loss"].get<double>(), plain[0]["train/kl_loss"].get<double>());
+  EXPECT_NE(steps[1]["train/kl_loss"].get<double>(), plain[1]["train/kl_loss"].get<double>());
 
   auto bad = rl_flags(dir);
   bad.insert(bad.end(), {"--use-kl-loss", "--ref-load", (dir / "missing").string()});
