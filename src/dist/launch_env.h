@@ -62,4 +62,16 @@ struct Placement {
 // G = 0 (not given): the launched world's size / N, else 1.
 Placement resolve_placement(int num_nodes, int gpus_per_node, const EnvLookup& env);
 
+// The CUDA device of engine server `index` that rank 0 starts on its node, as the engine's
+// CUDA_VISIBLE_DEVICES names it: visible device trainer_ranks + index (the node's training
+// ranks use cuda:0 .. cuda:trainer_ranks-1), mapped through `visible` (this process's
+// CUDA_VISIBLE_DEVICES) when set. With fewer devices it wraps round onto a device in use and
+// says so in `shared`. device is "" when device_count is 0 (a CPU host).
+struct EngineDevice {
+  std::string device;
+  bool shared = false;
+};
+EngineDevice engine_cuda_device(int index, int trainer_ranks, int device_count,
+                                const std::optional<std::string>& visible);
+
 }  // namespace furlong::dist

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/launch_env.h"
@@ -128,6 +129,27 @@ Placement resolve_placement(int nodes, int per_node, const EnvLookup& env) {
     return single;
   }
   return spawn(1, per_node, 0, "127.0.0.1", 0, "this host (no launch environment)");
+}
+
+EngineDevice engine_cuda_device(int index, int trainer_ranks, int device_count,
+                                const std::optional<std::string>& visible) {
+  EngineDevice out;
+  if (device_count <= 0) return out;
+  std::vector<std::string> names;
+  if (visible && !visible->empty()) {
+    for (size_t at = 0; at <= visible->size();) {
+      size_t comma = std::min(visible->find(',', at), visible->size());
+      names.push_back(visible->substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  while (static_cast<int>(names.size()) < device_count) {
+    names.push_back(std::to_string(names.size()));
+  }
+  const int slot = std::max(trainer_ranks, 0) + index;
+  out.shared = slot >= device_count;
+  out.device = names[static_cast<size_t>(slot % device_count)];
+  return out;
 }
 
 }  // namespace furlong::dist

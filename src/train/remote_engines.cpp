@@ -62,28 +62,16 @@ class ServerProcess {
   // wrapping round (with a warning) when there are fewer; "" without CUDA.
   static std::string engine_device(int index) {
     const int count = at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0;
-    if (count == 0) return "";
-    std::vector<std::string> visible;
-    if (const char* list = std::getenv("CUDA_VISIBLE_DEVICES"); list != nullptr && *list) {
-      std::string text = list;
-      for (size_t at = 0; at <= text.size();) {
-        size_t comma = text.find(',', at);
-        if (comma == std::string::npos) comma = text.size();
-        visible.push_back(text.substr(at, comma - at));
-        at = comma + 1;
-      }
-    }
-    while (static_cast<int>(visible.size()) < count) {
-      visible.push_back(std::to_string(visible.size()));
-    }
     const int trainers = dist::rendezvous_from_env().local_world_size;
-    const int slot = trainers + index;
-    if (slot >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    auto d = dist::engine_cuda_device(index, trainers, count,
+                                      visible ? std::optional<std::string>(visible) : std::nullopt);
+    if (d.shared) {
       LOG_WARN("engine server ", index, ": ", count, " CUDA device(s) visible and ", trainers,
-               " used by training ranks on this node; it shares device ", slot % count,
+               " used by training ranks on this node; it shares device ", d.device,
                " (start fewer engines or give the node more devices)");
     }
-    return visible[static_cast<size_t>(slot % count)];
+    return d.device;
   }
 
   static dist::ChildOptions child_options(const TrainOptions& o, int port,

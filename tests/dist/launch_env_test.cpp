@@ -232,6 +232,26 @@ TEST(Placement, NodeRankWithMasterAddressAndPort) {
   EXPECT_NE(msg.find("MASTER_ADDR and MASTER_PORT not set"), std::string::npos) << msg;
 }
 
+TEST(EngineDevices, EachEngineGetsTheNextDeviceAfterTheTrainers) {
+  // 8 devices, 4 training ranks on cuda:0-3: engines 0..3 on 4..7, then wrapping (shared).
+  EXPECT_EQ(engine_cuda_device(0, 4, 8, std::nullopt).device, "4");
+  EXPECT_EQ(engine_cuda_device(3, 4, 8, std::nullopt).device, "7");
+  EXPECT_FALSE(engine_cuda_device(3, 4, 8, std::nullopt).shared);
+  auto wrapped = engine_cuda_device(4, 4, 8, std::nullopt);
+  EXPECT_EQ(wrapped.device, "0");
+  EXPECT_TRUE(wrapped.shared);
+  // Through the caller's CUDA_VISIBLE_DEVICES (indices or UUIDs).
+  EXPECT_EQ(engine_cuda_device(0, 1, 2, std::string("6,7")).device, "7");
+  EXPECT_EQ(engine_cuda_device(1, 1, 3, std::string("GPU-a,GPU-b,GPU-c")).device, "GPU-c");
+  // One GPU, one trainer: the engine shares it.
+  auto one = engine_cuda_device(0, 1, 1, std::nullopt);
+  EXPECT_EQ(one.device, "0");
+  EXPECT_TRUE(one.shared);
+  // A CPU host: no device.
+  EXPECT_EQ(engine_cuda_device(0, 1, 0, std::nullopt).device, "");
+  EXPECT_FALSE(engine_cuda_device(0, 1, 0, std::nullopt).shared);
+}
+
 TEST(NetAddr, LoopbackAndTheRouteToALocalAddress) {
   EXPECT_TRUE(is_loopback_address("127.0.0.1"));
   EXPECT_TRUE(is_loopback_address("localhost"));

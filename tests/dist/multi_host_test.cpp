@@ -13,7 +13,8 @@
 //   Disaggregated RL: `furlong serve` on host b, the trainer on host a with
 //     --rollout-engine-urls http://10.213.N.2:PORT, three rollouts with
 //     --check-weight-update-equal (the engine's weight digest must equal the trainer's after
-//     every sync, else the run fails).
+//     every sync, else the run fails); once more with --rollout-master-addr naming host a's
+//     second address on the link, which the group must then form at.
 //
 // Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for `ip netns`; without it every case skips, saying
 // why. Namespaces are named furlong-t-<pid>-<case>-{a,b}; they are removed when the test ends (also
@@ -56,6 +57,7 @@ class TwoHosts {
     const int net = static_cast<int>((pid_ * 7 + n) % 250) + 1;
     addr_a_ = "10.213." + std::to_string(net) + ".1";
     addr_b_ = "10.213." + std::to_string(net) + ".2";
+    addr_a2_ = "10.213." + std::to_string(net) + ".3";
     const std::string id = std::to_string(pid_) + "-" + std::to_string(n);
     ns_a_ = "furlong-t-" + id + "-a";
     ns_b_ = "furlong-t-" + id + "-b";
@@ -77,6 +79,7 @@ class TwoHosts {
         "ip link set " + veth_b + " netns " + ns_b_,
         "ip -n " + ns_a_ + " addr add " + addr_a_ + "/24 dev " + veth_a,
         "ip -n " + ns_b_ + " addr add " + addr_b_ + "/24 dev " + veth_b,
+        "ip -n " + ns_a_ + " addr add " + addr_a2_ + "/24 dev " + veth_a,
         "ip -n " + ns_a_ + " link set " + veth_a + " up",
         "ip -n " + ns_b_ + " link set " + veth_b + " up",
         "ip -n " + ns_a_ + " link set lo up",
@@ -104,6 +107,7 @@ class TwoHosts {
   const std::string& ns_b() const { return ns_b_; }
   const std::string& addr_a() const { return addr_a_; }
   const std::string& addr_b() const { return addr_b_; }
+  const std::string& addr_a2() const { return addr_a2_; }  // a second address of host a
   // A prefix that runs a command on a host, killed after `seconds`.
   std::string on(const std::string& ns, int seconds) const {
     return "ip netns exec " + ns + " timeout -k 5 " + std::to_string(seconds) + " ";
@@ -127,7 +131,7 @@ class TwoHosts {
   pid_t pid_;
   bool created_ = false;
   std::string skip_reason_;
-  std::string ns_a_, ns_b_, addr_a_, addr_b_;
+  std::string ns_a_, ns_b_, addr_a_, addr_b_, addr_a2_;
 };
 
 #define SKIP_WITHOUT_NAMESPACES(hosts)                                    \
@@ -352,9 +356,10 @@ TEST(MultiHost, HsdpAsFourSlurmTasksOnTwoHostsMatchesOneHostBitForBit) {
   expect_same_steps(read_steps(dir / "metrics.jsonl"), want, r.output);
 }
 
-TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
-  TwoHosts hosts;
-  SKIP_WITHOUT_NAMESPACES(hosts);
+// `furlong serve` on host b, three rollouts of the trainer on host a with `extra` flags; the
+// weight-sync group must form at `master` and every rollout sync the whole model.
+void run_disaggregated(const TwoHosts& hosts, const std::vector<std::string>& extra,
+                       const std::string& master) {
   const auto& f = fixture();
   auto dir = scratch_dir();
   const int port = free_port();
@@ -363,44 +368,45 @@ TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
                             shell_quote(furlong_binary().string()) + " serve --hf-checkpoint " +
                             shell_quote(f.model.string()) + " --host " + hosts.addr_b() +
                             " --port " + std::to_string(port) + " --num-threads 1";
-  const std::vector<std::string> flags = {"--hf-checkpoint",
-                                          f.model.string(),
-                                          "--prompt-data",
-                                          f.prompts.string(),
-                                          "--input-key",
-                                          "input",
-                                          "--label-key",
-                                          "label",
-                                          "--rm-type",
-                                          "exact_match",
-                                          "--rollout-skip-special-tokens",
-                                          "--rollout-batch-size",
-                                          "4",
-                                          "--n-samples-per-prompt",
-                                          "4",
-                                          "--global-batch-size",
-                                          "16",
-                                          "--num-rollout",
-                                          "3",
-                                          "--rollout-max-response-len",
-                                          "2",
-                                          "--advantage-estimator",
-                                          "grpo",
-                                          "--lr",
-                                          "1e-2",
-                                          "--compute-dtype",
-                                          "float32",
-                                          "--micro-batch-size",
-                                          "16",
-                                          "--num-threads",
-                                          "1",
-                                          "--rollout-engine-urls",
-                                          engine_url,
-                                          "--check-weight-update-equal",
-                                          "--engine-startup-timeout",
-                                          "60",
-                                          "--metrics-file",
-                                          (dir / "metrics.jsonl").string()};
+  std::vector<std::string> flags = {"--hf-checkpoint",
+                                    f.model.string(),
+                                    "--prompt-data",
+                                    f.prompts.string(),
+                                    "--input-key",
+                                    "input",
+                                    "--label-key",
+                                    "label",
+                                    "--rm-type",
+                                    "exact_match",
+                                    "--rollout-skip-special-tokens",
+                                    "--rollout-batch-size",
+                                    "4",
+                                    "--n-samples-per-prompt",
+                                    "4",
+                                    "--global-batch-size",
+                                    "16",
+                                    "--num-rollout",
+                                    "3",
+                                    "--rollout-max-response-len",
+                                    "2",
+                                    "--advantage-estimator",
+                                    "grpo",
+                                    "--lr",
+                                    "1e-2",
+                                    "--compute-dtype",
+                                    "float32",
+                                    "--micro-batch-size",
+                                    "16",
+                                    "--num-threads",
+                                    "1",
+                                    "--rollout-engine-urls",
+                                    engine_url,
+                                    "--check-weight-update-equal",
+                                    "--engine-startup-timeout",
+                                    "60",
+                                    "--metrics-file",
+                                    (dir / "metrics.jsonl").string()};
+  flags.insert(flags.end(), extra.begin(), extra.end());
   // The trainer ends the server once it is done: kill whatever serves on host b.
   const std::string train = hosts.on(hosts.ns_a(), 80) + kClean +
                             shell_quote(furlong_binary().string()) + " train " +
@@ -408,8 +414,7 @@ TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
                             hosts.ns_b() + "); do kill $p; done; exit $STATUS";
   auto r = run_together({"bash -c " + shell_quote(train), serve}, dir);
   EXPECT_NE(r.output.find("process 0 exit 0"), std::string::npos) << r.output;
-  // The group's rendezvous is host a's address on the link, not loopback.
-  EXPECT_NE(r.output.find("weight-sync group formed with 1 engine(s) at " + hosts.addr_a() + ":"),
+  EXPECT_NE(r.output.find("weight-sync group formed with 1 engine(s) at " + master + ":"),
             std::string::npos)
       << r.output;
   std::ifstream in(dir / "metrics.jsonl");
@@ -421,6 +426,20 @@ TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
     EXPECT_EQ(Json::parse(line).at("perf/update_weights_bytes").get<double>(), 76160.0 * 4);
   }
   EXPECT_EQ(rows, 3) << r.output;
+}
+
+TEST(MultiHost, DisaggregatedRlWithItsEngineOnTheOtherHostSyncsWeights) {
+  TwoHosts hosts;
+  SKIP_WITHOUT_NAMESPACES(hosts);
+  // Without a flag the group's rendezvous is host a's address on the link, not loopback.
+  run_disaggregated(hosts, {}, hosts.addr_a());
+}
+
+TEST(MultiHost, RolloutMasterAddrNamesTheWeightSyncAddress) {
+  TwoHosts hosts;
+  SKIP_WITHOUT_NAMESPACES(hosts);
+  // Host a's second address on the link, which the route to host b would not pick.
+  run_disaggregated(hosts, {"--rollout-master-addr", hosts.addr_a2()}, hosts.addr_a2());
 }
 
 // ----- the same rules through `furlong train`, on this host (no namespaces needed) -----
