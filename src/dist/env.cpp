@@ -81,8 +81,9 @@ RendezvousInfo from_torchrun(const EnvLookup& env) {
   return info;
 }
 
-// Tasks on this task's node: SLURM_NTASKS_PER_NODE (set with --ntasks-per-node), else the
-// SLURM_TASKS_PER_NODE entry of this node (SLURM_NODEID), else the whole world on one node.
+// Tasks on this task's node: SLURM_NTASKS_PER_NODE (set when the job asks for a count per
+// node), else the SLURM_TASKS_PER_NODE entry of this node (SLURM_NODEID), else the whole world
+// on one node.
 int slurm_local_world_size(const EnvLookup& env, int world) {
   if (auto per_node = env("SLURM_NTASKS_PER_NODE")) {
     return parse_int("SLURM_NTASKS_PER_NODE", *per_node, 1, world);
