@@ -173,5 +173,17 @@ TEST_F(FsdpParity, ActorCpuOffloadAndOffloadTrainKeepTrainingBitIdentical) {
   }
 }
 
+// --balance-data changes which rank trains which sample, not the step: the loss and gradient
+// are sums over all of the step's samples, so 4 ranks with the token-balanced split match the
+// single process within the sharding tolerance (a lost or duplicated sample would move them by
+// a whole sample's share, ~1/8).
+TEST_F(FsdpParity, BalancedDataSplitTrainsTheSameStep) {
+  std::vector<std::string> flags = {"--model", (dir_ / "model_fp32").string(),
+                                    "--no-keep-fp32-master", "--micro-batch-size", "1"};
+  auto single = run("balance_single", 0, flags);
+  flags.push_back("--balance-data");
+  expect_close(run("balance_r1s4", 4, flags), 4, single, "--balance-data r1s4");
+}
+
 }  // namespace
 }  // namespace furlong::train

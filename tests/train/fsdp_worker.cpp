@@ -5,6 +5,7 @@
 //               [--dp-replicate-size R] [--no-keep-fp32-master] [--compute-dtype float32]
 //               [--micro-batch-size M] [--gradient-checkpointing] [--sleep-after-first]
 //               [--fsdp-cpu-offload] [--offload-train] [--calculate-per-token-loss]
+//               [--balance-data]
 //
 // Writes, on every rank, OUT/rank-<r>.safetensors with "grad/<name>" (the last step's full
 // gradients) and "param/<name>" (the full parameters after the last step), and on rank 0
@@ -72,6 +73,7 @@ int run(const std::vector<std::string>& args) {
   f.add("fsdp-cpu-offload", &o.precision.fsdp_cpu_offload, "actor shards in host memory");
   f.add("offload-train", &w.offload_train, "sleep / wake_up around every rollout");
   f.add("calculate-per-token-loss", &o.batch.calculate_per_token_loss, "token-sum loss");
+  f.add("balance-data", &o.batch.balance_data, "split by tokens over the DP ranks");
   if (!f.parse(args)) return 0;
   o.derived.global_batch_size = gbs;
   o.derived.num_rollout = w.rollouts;
