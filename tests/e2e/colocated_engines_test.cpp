@@ -195,6 +195,26 @@ TEST(ColocatedEngines, OneEnginePerRankGivesTheRolloutsOfOneEngine) {
   expect_same_metrics(two, one);
 }
 
+// HSDP 2 x 2: every rank gathers full weights within its shard group, so all 4 engines take the
+// trainer's bits (--check-weight-update-equal fails the run otherwise) and serve a quarter.
+TEST(ColocatedEngines, FourEnginesUnderHsdpGiveTheRolloutsOfOneEngine) {
+  const auto four = run_train(4, {"--dp-replicate-size", "2"});
+  ASSERT_EQ(four.result.exit_code, 0) << four.result.output;
+  EXPECT_TRUE(has(four.result, "colocated: 4 engines on ranks 0,1,2,3 of 4")) << four.result.output;
+  for (int rank = 1; rank < 4; ++rank) {
+    // The first round is the baseline eval: 55 groups of 2 in blocks of 14, 14, 14, 13.
+    const std::string share = rank < 3 ? "28" : "26";
+    EXPECT_TRUE(has(four.result, "colocated engine on rank " + std::to_string(rank) +
+                                     " serves its share (" + share +
+                                     " requests in its first round)"))
+        << four.result.output;
+  }
+  const auto one = run_train(4, {"--dp-replicate-size", "2", "--rollout-num-gpus", "1"});
+  ASSERT_EQ(one.result.exit_code, 0) << one.result.output;
+  expect_same_rollouts(four, one);
+  expect_same_metrics(four, one);
+}
+
 TEST(ColocatedEngines, TwoGpusPerEngineRunOneEngineOnTheGroupsFirstRank) {
   const auto grouped = run_train(2, {"--rollout-num-gpus-per-engine", "2"});
   ASSERT_EQ(grouped.result.exit_code, 0) << grouped.result.output;
