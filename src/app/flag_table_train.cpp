@@ -180,6 +180,16 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
         "each engine prefills longer prompts in chunks of this many tokens (<= 0: never)");
   f.add("sglang-decode-log-interval", &r.engine_decode_log_interval,
         "each engine logs one progress line every this many decode steps (0 = never)");
+  f.add("sglang-max-total-tokens", &r.engine_max_total_tokens,
+        "miles' name of --engine-max-total-tokens (the same field)");
+  f.add("sglang-max-running-requests", &r.engine_max_running_requests,
+        "requests each engine decodes together at most");
+  f.add("sglang-max-prefill-tokens", &r.engine_max_prefill_tokens,
+        "prompt tokens each engine prefills per step");
+  f.add("sglang-context-length", &r.engine_context_length,
+        "each engine's max prompt + generated tokens (0 = the model's max_position_embeddings)");
+  f.add("sglang-disable-radix-cache", &r.engine_disable_radix_cache,
+        "engines do not share the KV blocks of same-prompt requests (furlong's prefix sharing)");
   f.add("engine-exact-logprobs", &r.engine_exact_logprobs,
         "rollout log-probs from the trainer's code path on the finished sequence (bit-identical "
         "scoring; one extra prefill per sample), else from decoding");

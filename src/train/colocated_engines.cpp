@@ -133,6 +133,10 @@ class ColocatedEngines : public RolloutEngines {
       eo.num_threads = options.rollout.engine_num_threads;
       eo.chunked_prefill_size = options.rollout.engine_chunked_prefill_size;
       eo.decode_log_interval = options.rollout.engine_decode_log_interval;
+      eo.max_running_requests = options.rollout.engine_max_running_requests;
+      eo.max_prefill_tokens = options.rollout.engine_max_prefill_tokens;
+      eo.context_length = options.rollout.engine_context_length;
+      eo.prefix_sharing = !options.rollout.engine_disable_radix_cache;
       eo.dtype = rl_engine_dtype(options.precision, eo.device);  // the trainer's
       engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
     }

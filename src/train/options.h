@@ -170,6 +170,10 @@ struct RolloutOptions {
   int64_t engine_num_threads = 0;
   int64_t engine_chunked_prefill_size = 8192;  // --sglang-chunked-prefill-size (<= 0: never)
   int64_t engine_decode_log_interval = 40;     // --sglang-decode-log-interval (0: never)
+  int64_t engine_max_running_requests = 256;   // --sglang-max-running-requests
+  int64_t engine_max_prefill_tokens = 8192;    // --sglang-max-prefill-tokens (per step)
+  int64_t engine_context_length = 0;           // --sglang-context-length (0: the model's)
+  bool engine_disable_radix_cache = false;     // --sglang-disable-radix-cache: no prefix sharing
   double engine_startup_timeout = 300.0;       // seconds an engine server may take to be healthy
   // seconds one request to an engine server may go unanswered (0 = no bound)
   double rollout_engine_request_timeout = 1800.0;

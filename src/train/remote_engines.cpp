@@ -103,10 +103,14 @@ class ServerProcess {
     }
     for (const auto& [flag, value] :
          {std::pair{"--chunked-prefill-size", o.rollout.engine_chunked_prefill_size},
-          std::pair{"--decode-log-interval", o.rollout.engine_decode_log_interval}}) {
+          std::pair{"--decode-log-interval", o.rollout.engine_decode_log_interval},
+          std::pair{"--max-running-requests", o.rollout.engine_max_running_requests},
+          std::pair{"--max-prefill-tokens", o.rollout.engine_max_prefill_tokens},
+          std::pair{"--context-length", o.rollout.engine_context_length}}) {
       c.argv.push_back(flag);
       c.argv.push_back(std::to_string(value));
     }
+    if (o.rollout.engine_disable_radix_cache) c.argv.push_back("--no-prefix-sharing");
     // The server is not a training rank: it must not see the trainer's rendezvous variables.
     static const std::vector<std::string> kDrop = {
         "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",

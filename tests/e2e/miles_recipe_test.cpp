@@ -215,6 +215,52 @@ TEST(MilesRecipe, Qwen3_0_6bFsdpRecipeRunsAsWritten) {
   EXPECT_TRUE(evaluated) << rows.back().dump();
 }
 
+// miles' --sglang-* engine flags set the engines' options, colocated and in spawned servers.
+TEST(MilesRecipe, SglangEngineFlagsReachTheEngines) {
+  const auto& f = fixture();
+  for (const bool colocate : {true, false}) {
+    SCOPED_TRACE(colocate ? "colocated" : "disaggregated");
+    std::vector<std::string> args = {"train",
+                                     "--hf-checkpoint",
+                                     f.model.string(),
+                                     "--prompt-data",
+                                     f.prompts.string(),
+                                     "--input-key",
+                                     "prompt",
+                                     "--label-key",
+                                     "label",
+                                     "--rm-type",
+                                     "math",
+                                     "--num-rollout",
+                                     "1",
+                                     "--rollout-batch-size",
+                                     "4",
+                                     "--n-samples-per-prompt",
+                                     "2",
+                                     "--rollout-max-response-len",
+                                     "4",
+                                     "--sglang-max-total-tokens",
+                                     "512",
+                                     "--sglang-max-running-requests",
+                                     "3",
+                                     "--sglang-decode-log-interval",
+                                     "1",
+                                     "--sglang-disable-radix-cache",
+                                     "--sglang-chunked-prefill-size",
+                                     "16",
+                                     "--sglang-context-length",
+                                     "48"};
+    if (colocate) args.push_back("--colocate");
+    auto r = furlong(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("engine: KV cache 512 tokens"), std::string::npos) << r.output;
+    // 8 requests, at most 3 decoded together.
+    EXPECT_NE(r.output.find(" 3 running"), std::string::npos) << r.output;
+    for (const char* too_many : {" 4 running", " 5 running", " 8 running"})
+      EXPECT_EQ(r.output.find(too_many), std::string::npos) << r.output;
+  }
+}
+
 // Each case must fail naming its flag, before the model is read: the checkpoint path does not
 // exist, so an error about anything else proves the check ran first.
 TEST(MilesRecipe, FlagsThatNeedNoModelFailBeforeAnythingLoads) {
@@ -248,6 +294,10 @@ TEST(MilesRecipe, FlagsThatNeedNoModelFailBeforeAnythingLoads) {
       {{"--qkv-format", "bshd"}, "--qkv-format bshd is not available"},
       {{"--disable-compute-advantages-and-returns"}, "--disable-compute-advantages-and-returns"},
       {{"--attn-implementation", "flash_attention_4"}, "--attn-implementation: invalid choice"},
+      // conflicting flags
+      {{"--use-rollout-logprobs", "--use-tis"}, "--use-rollout-logprobs and --use-tis"},
+      {{"--save-interval", "5"}, "--save-interval requires --save"},
+      {{"--ci-test", "--ci-save-grad-norm", "g.pt"}, "--ci-save-grad-norm is not available"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"train",         "--hf-checkpoint",          missing_model,
