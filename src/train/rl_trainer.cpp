@@ -212,6 +212,9 @@ void check_debug_and_offload(RlRun& run) {
   FURLONG_CHECK(!(d.debug_rollout_only && d.load_debug_rollout_data),
                 "--debug-rollout-only with --load-debug-rollout-data would neither generate nor "
                 "train; drop one of them");
+  if (d.debug_train_only && run.options.eval.eval_interval && run.root()) {
+    LOG_INFO("--debug-train-only starts no engines, so --eval-interval evaluates nothing");
+  }
   run.offload = resolve_offload(run.options);
   const bool any = run.offload.train || run.offload.rollout;
   if (any && run.root() && run.groups->device().is_cpu()) {
@@ -286,7 +289,7 @@ void start_rl_run(RlRun& run, TrainOptions options) {
   const int rank = run.world().rank();
   if (run.generating()) {
     run.engines =
-        o.rollout.colocate ? make_colocated_engines(o, run.world()) : make_remote_engines(o, rank);
+        o.rollout.colocate ? make_colocated_engines(o, *run.groups) : make_remote_engines(o, rank);
   }
   if (run.root()) start_driver(run);
 }
