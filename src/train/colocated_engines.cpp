@@ -121,10 +121,12 @@ std::string broadcast_text(dist::Group& world, const std::string& text) {
 
 class ColocatedEngines : public RolloutEngines {
  public:
-  ColocatedEngines(const TrainOptions& options, dist::Group& world)
-      : world_(world), layout_(colocated_engine_layout(options.rollout, world.size())) {
-    if (layout_.engine_on_rank(world.rank()) >= 0) {
+  ColocatedEngines(const TrainOptions& options, dist::ProcessGroups& groups)
+      : world_(groups.world()),
+        layout_(colocated_engine_layout(options.rollout, groups.world().size())) {
+    if (layout_.engine_on_rank(world_.rank()) >= 0) {
       engine::EngineOptions eo;
+      eo.device = groups.device().str();  // the rank's own device (cuda:LOCAL_RANK or cpu)
       eo.attn_implementation = options.model.attn_implementation;
       eo.fused_kernels = options.model.fused_kernels;
       eo.max_total_tokens = options.rollout.engine_max_total_tokens;
@@ -142,7 +144,7 @@ class ColocatedEngines : public RolloutEngines {
     }
     threads_ = options.rollout.engine_num_threads > 0 ? options.rollout.engine_num_threads
                                                       : at::get_num_threads();
-    pending_.resize(static_cast<size_t>(world.size()));
+    pending_.resize(static_cast<size_t>(world_.size()));
   }
 
   int64_t num_engines() const override { return layout_.num_engines(); }
@@ -365,8 +367,8 @@ class ColocatedEngines : public RolloutEngines {
 }  // namespace
 
 std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options,
-                                                       dist::Group& world) {
-  return std::make_unique<ColocatedEngines>(options, world);
+                                                       dist::ProcessGroups& groups) {
+  return std::make_unique<ColocatedEngines>(options, groups);
 }
 
 }  // namespace furlong::train

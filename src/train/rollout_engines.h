@@ -62,9 +62,10 @@ class RolloutEngines {
 };
 
 // Engines inside the training processes, laid out by colocated_engine_layout
-// (train/engine_layout.h): one per engine group, each receiving the weights in its own rank.
+// (train/engine_layout.h): one per engine group, each on its rank's device and receiving the
+// weights in its own rank.
 std::unique_ptr<RolloutEngines> make_colocated_engines(const TrainOptions& options,
-                                                       dist::Group& world);
+                                                       dist::ProcessGroups& groups);
 // Engine servers: --rollout-engine-urls, or --rollout-num-engines servers started here (rank 0
 // starts them as child processes and stops them on exit). Weights travel over a process group
 // (rank 0 + engines) by broadcast.
