@@ -1,8 +1,9 @@
 // Process groups for furlong's distributed layers, on c10d (Gloo on CPU, NCCL on CUDA).
 //
 // Ranks rendezvous from the standard environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT), the way torchrun and `furlong launch` set it. With no environment the run is a
-// single process (world size 1) and every collective is an identity.
+// MASTER_PORT), the way torchrun and `furlong launch` set it, or from Slurm's (SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID, the node list; dist/launch_env.h). With no environment the run
+// is a single process (world size 1) and every collective is an identity.
 //
 // Every collective blocks until it completes or raises furlong::Error within the group's
 // timeout (a dead peer surfaces as an error naming the group and the operation, never a hang).
@@ -35,8 +36,9 @@ struct RendezvousInfo {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
 };
 
-// Reads the environment; missing variables mean a single process. Malformed values (e.g.
-// RANK >= WORLD_SIZE, a non-numeric port) are errors naming the variable.
+// Reads the environment: torchrun's variables, else Slurm's (rendezvous_from in
+// dist/launch_env.h); none at all means a single process. Malformed values (e.g. RANK >=
+// WORLD_SIZE, a non-numeric port) and partial sets are errors naming the variables.
 RendezvousInfo rendezvous_from_env();
 
 enum class Backend { kAuto, kGloo, kNccl };

@@ -129,10 +129,11 @@ void rendezvous(ProcessGroups::Impl& pg) {
     pg.state->failed = true;
     std::string who =
         count >= 0 ? std::to_string(count) : std::string("fewer than ") + std::to_string(world);
-    FURLONG_FAIL("dist: rendezvous at ", pg.info.master_addr, ":", pg.info.master_port,
-                 " did not complete within ", seconds(timeout), ": ", who, " of ", world,
-                 " ranks joined (", detail::cause_of(e), "). Start all ", world,
-                 " ranks (torchrun or `furlong launch`) with the same MASTER_ADDR/MASTER_PORT.");
+    FURLONG_FAIL(
+        "dist: rendezvous at ", pg.info.master_addr, ":", pg.info.master_port,
+        " did not complete within ", seconds(timeout), ": ", who, " of ", world, " ranks joined (",
+        detail::cause_of(e), "). Start all ", world,
+        " ranks (torchrun, srun or `furlong launch`) with the same MASTER_ADDR/MASTER_PORT.");
   }
 }
 
