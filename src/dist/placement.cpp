@@ -18,14 +18,16 @@ std::string asked(int nodes, int per_node) {
 }
 
 // A world some launcher already started: it must be the one the flags describe.
+// `local_known`: the launcher said how many ranks share this node (LOCAL_WORLD_SIZE, Slurm's
+// tasks per node); without it the per-node count is not checked.
 Placement already_launched(int nodes, int per_node, const RendezvousInfo& info,
-                           const std::string& source) {
+                           const std::string& source, bool local_known) {
   FURLONG_CHECK(info.world_size == nodes * per_node, asked(nodes, per_node),
                 ", but this process is rank ", info.rank, " of a world of ", info.world_size,
                 " started by ", source,
                 "; give the flags that world's shape, or start N x G ranks");
-  FURLONG_CHECK(info.local_world_size == per_node || info.world_size == 1, asked(nodes, per_node),
-                ", but ", source, " started ", info.local_world_size,
+  FURLONG_CHECK(!local_known || info.local_world_size == per_node || info.world_size == 1,
+                asked(nodes, per_node), ", but ", source, " started ", info.local_world_size,
                 " ranks on this node; start --actor-num-gpus-per-node ranks per node");
   Placement p;
   p.num_nodes = nodes;
@@ -99,12 +101,16 @@ Placement resolve_placement(int nodes, int per_node, const EnvLookup& env) {
                 " is too many");
   if (env("RANK") || env("WORLD_SIZE")) {
     return already_launched(nodes, per_node, rendezvous_from(env),
-                            "torchrun or `furlong launch` (RANK, WORLD_SIZE)");
+                            "torchrun or `furlong launch` (RANK, WORLD_SIZE)",
+                            env("LOCAL_WORLD_SIZE").has_value());
   }
   if (env("SLURM_PROCID") || env("SLURM_NTASKS") || env("SLURM_LOCALID")) {
     RendezvousInfo info = rendezvous_from(env);
     const std::string slurm = "Slurm (SLURM_PROCID, SLURM_NTASKS)";
-    if (info.world_size == nodes * per_node) return already_launched(nodes, per_node, info, slurm);
+    const bool local_known = env("SLURM_NTASKS_PER_NODE") || env("SLURM_TASKS_PER_NODE");
+    if (info.world_size == nodes * per_node) {
+      return already_launched(nodes, per_node, info, slurm, local_known);
+    }
     FURLONG_CHECK(info.world_size == nodes, asked(nodes, per_node), ", but Slurm started ",
                   info.world_size, " tasks (SLURM_NTASKS): run one task per rank (srun --ntasks ",
                   nodes * per_node, ") or one per node (srun --ntasks ", nodes,

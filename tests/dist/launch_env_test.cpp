@@ -187,6 +187,10 @@ TEST(Placement, ALaunchedWorldMustMatch) {
       << msg;
   msg = error_of([&] { resolve_placement(1, 4, map_env(torchrun)); });
   EXPECT_NE(msg.find("started 2 ranks on this node"), std::string::npos) << msg;
+  // Without LOCAL_WORLD_SIZE the ranks per node are unknown, so only the world is checked.
+  torchrun.erase("LOCAL_WORLD_SIZE");
+  torchrun.erase("LOCAL_RANK");
+  EXPECT_FALSE(resolve_placement(2, 2, map_env(torchrun)).spawn_local_ranks);
   msg = error_of([&] { resolve_placement(3, 0, map_env(torchrun)); });
   EXPECT_NE(msg.find("does not divide the launched world of 4"), std::string::npos) << msg;
 }
