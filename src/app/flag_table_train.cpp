@@ -327,7 +327,7 @@ void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
        std::initializer_list<std::pair<const char*, std::optional<std::string>*>>{
            {"ci-save-grad-norm", &c.ci_save_grad_norm},
            {"ci-load-grad-norm", &c.ci_load_grad_norm},
-           {"dump-details", &c.dump_details},
+           {"eval-config", &c.eval_config},
            {"custom-tis-function-path", &c.custom_tis_function_path},
            {"custom-config-path", &c.custom_config_path},
            {"rollout-function-path", &c.rollout_function_path},
@@ -339,6 +339,11 @@ void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
     f.add(name, field, "not available in furlong: an error when given");
   }
   f.add("use-rs", &c.use_rs, "not available in furlong: an error when given");
+  f.add("dump-details", &c.dump_details,
+        "each rollout's samples go to DIR/rollout_data/{rollout_id}.json "
+        "(--save-debug-rollout-data); miles' other dumps are not written");
+  f.add("save-retain-interval", &c.save_retain_interval,
+        "accepted; furlong deletes no checkpoint, so every one is retained");
   f.add("diffusion-freeze-router", &c.diffusion_freeze_router,
         "not available in furlong: an error when given");
   f.add("bf16", &c.bf16, "compute in bfloat16 (the same as --compute-dtype bfloat16)");

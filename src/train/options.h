@@ -272,8 +272,12 @@ struct MilesCompatOptions {
   std::optional<std::string> ci_metric_checker_key;
   std::optional<double> ci_metric_checker_threshold;
   // Given: an error (furlong cannot do what they ask).
-  std::optional<std::string> ci_save_grad_norm, ci_load_grad_norm, dump_details,
-      custom_tis_function_path, custom_config_path, multimodal_keys;
+  std::optional<std::string> ci_save_grad_norm, ci_load_grad_norm, custom_tis_function_path,
+      custom_config_path, multimodal_keys, eval_config;
+  // --dump-details DIR: the rollouts go to DIR/rollout_data/{rollout_id}.json
+  // (--save-debug-rollout-data); miles' other dumps are not written.
+  std::optional<std::string> dump_details;
+  std::optional<int64_t> save_retain_interval;  // furlong deletes no checkpoint
   bool use_rs = false, tis_batch_normalize = false, diffusion_freeze_router = false;
   std::optional<std::string> rollout_function_path, save_debug_event_data;
   std::optional<double> diffusion_noise_epsilon, diffusion_self_conditioning_probability,

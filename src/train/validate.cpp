@@ -128,8 +128,9 @@ void reject_unavailable(const MilesCompatOptions& c) {
   fail_if(c.rs_veto_threshold.has_value(), "--rs-veto-threshold", mis);
   fail_if(c.multimodal_keys.has_value(), "--multimodal-keys",
           "furlong trains text-only models; drop the flag and use text prompts");
-  fail_if(c.dump_details.has_value(), "--dump-details",
-          "furlong does not write miles' torch dumps; --metrics-file keeps every step's metrics");
+  fail_if(c.eval_config.has_value(), "--eval-config",
+          "give the eval sets as --eval-prompt-data NAME PATH [NAME PATH ...] with "
+          "--n-samples-per-eval-prompt / --eval-max-response-len / --eval-top-p");
   fail_if(c.ci_save_grad_norm.has_value(), "--ci-save-grad-norm",
           "furlong does not write miles' grad-norm comparison files (train/grad_norm is in the "
           "run's metrics)");
@@ -228,6 +229,18 @@ void apply_miles_compat(TrainOptions& o, bool log) {
   if (c.deterministic_mode) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     note("--deterministic-mode: libtorch's deterministic algorithms are on for the trainer");
+  }
+  if (c.dump_details) {
+    if (!o.debug.save_debug_rollout_data)
+      o.debug.save_debug_rollout_data = *c.dump_details + "/rollout_data/{rollout_id}.json";
+    note("--dump-details " + *c.dump_details + ": furlong writes each rollout's samples to " +
+         *o.debug.save_debug_rollout_data +
+         " (--save-debug-rollout-data, JSON); miles' train-data, trajectory and event dumps are "
+         "not written");
+  }
+  if (c.save_retain_interval) {
+    note("--save-retain-interval " + std::to_string(*c.save_retain_interval) +
+         ": furlong deletes no checkpoint; every one under --save is kept");
   }
   if (c.use_fault_tolerance) {
     note(

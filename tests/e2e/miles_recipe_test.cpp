@@ -132,6 +132,54 @@ std::vector<std::string> qwen3_0_6b_fsdp_recipe(const Fixture& f) {
   return args;
 }
 
+// The default (mode normal, FSDP) arguments of miles' scripts/run_qwen3_4b_fsdp.py, with the
+// wandb flags its get_default_wandb_args adds when WANDB_API_KEY is set. Changed: paths, and
+// the sizes marked "was".
+std::vector<std::string> qwen3_4b_fsdp_recipe(const Fixture& f, const fs::path& out) {
+  const std::string ckpt = (out / "checkpoints").string();
+  return {
+      // ckpt_args
+      "--hf-checkpoint", f.model.string(), "--load", ckpt, "--save", ckpt, "--save-interval",
+      "1",                            // was 20
+      "--save-retain-interval", "1",  // was 20
+      // rollout_args
+      "--prompt-data", f.prompts.string(), "--input-key", "prompt", "--label-key", "label",
+      "--apply-chat-template", "--rollout-shuffle", "--rm-type", "math", "--num-rollout",
+      "2",                                                          // was 3000
+      "--rollout-batch-size", "4",                                  // was 32
+      "--n-samples-per-prompt", "4",                                // was 8
+      "--rollout-max-response-len", "8",                            // was 8192
+      "--rollout-temperature", "0.8", "--global-batch-size", "16",  // was 256
+      "--balance-data",
+      // optimizer_args, grpo_args
+      "--optimizer", "adam", "--lr", "1e-6", "--lr-decay-style", "constant", "--weight-decay",
+      "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.98", "--advantage-estimator", "grpo",
+      "--kl-loss-coef", "0.00", "--kl-loss-type", "low_var_kl", "--entropy-coef", "0.00",
+      "--eps-clip", "0.2", "--eps-clip-high", "0.28",
+      // get_default_wandb_args
+      "--use-wandb", "--wandb-project", "miles-run_qwen3_4b_fsdp", "--wandb-group",
+      "241202-020000-123", "--wandb-key", "not-a-real-key", "--disable-wandb-random-suffix",
+      // perf_args (fsdp)
+      "--use-dynamic-batch-size", "--max-tokens-per-gpu", "32768",
+      // eval_args
+      "--eval-interval", "2",                                                             // was 20
+      "--eval-prompt-data", "aime", f.eval.string(), "--n-samples-per-eval-prompt", "2",  // was 16
+      "--eval-max-response-len", "8",  // was 16384
+      "--eval-top-p", "0.7",
+      // sglang_args
+      "--rollout-num-gpus-per-engine", "1", "--sglang-chunked-prefill-size", "4096",
+      "--sglang-mem-fraction-static", "0.75",
+      // train_backend_args (fsdp)
+      "--train-backend", "fsdp", "--attn-implementation", "flash_attention_2",
+      "--gradient-checkpointing", "--update-weight-buffer-size", "536870912", "--train-env-vars",
+      R"({"PYTORCH_CUDA_ALLOC_CONF":"expandable_segments:True"})",
+      // misc_args
+      "--actor-num-nodes", "1", "--actor-num-gpus-per-node",
+      "1",                         // was 8 (the hardware's GPUs per node)
+      "--num-gpus-per-node", "1",  // was 8
+      "--colocate", "--use-fault-tolerance", "--dump-details", (out / "dump_details").string()};
+}
+
 // `args` without the flags of kFlagsPendingOtherWork and their values.
 std::vector<std::string> without_pending(const std::vector<std::string>& args) {
   std::vector<std::string> kept;
@@ -215,6 +263,35 @@ TEST(MilesRecipe, Qwen3_0_6bFsdpRecipeRunsAsWritten) {
   EXPECT_TRUE(evaluated) << rows.back().dump();
 }
 
+TEST(MilesRecipe, Qwen3_4bFsdpRecipeRunsAsWritten) {
+  const auto& f = fixture();
+  auto dir = scratch_dir();
+  auto args = without_pending(qwen3_4b_fsdp_recipe(f, dir));
+  args.insert(args.begin(), "train");
+  auto r = furlong(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& line : std::vector<std::string>{
+           "--attn-implementation flash_attention_2: furlong has no FlashAttention kernels",
+           "--use-wandb: furlong cannot reach a wandb server (project miles-run_qwen3_4b_fsdp, "
+           "group "
+           "241202-020000-123); metrics go to the console only",
+           "--dump-details " + (dir / "dump_details").string() +
+               ": furlong writes each rollout's samples to",
+           "--save-retain-interval 1: furlong deletes no checkpoint",
+           "--num-gpus-per-node 1: not used by furlong"}) {
+    EXPECT_EQ(count(r.output, line), 1u) << line << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("not-a-real-key"), std::string::npos) << "the wandb key was printed";
+  for (int rollout : {0, 1}) {
+    EXPECT_TRUE(
+        fs::exists(dir / "dump_details" / "rollout_data" / (std::to_string(rollout) + ".json")))
+        << rollout;
+  }
+  // --save-interval 1 over 2 rollouts: both checkpoints kept.
+  EXPECT_TRUE(fs::is_directory(dir / "checkpoints" / "iter_0000001"));
+  EXPECT_TRUE(fs::is_directory(dir / "checkpoints" / "iter_0000002"));
+}
+
 // miles' --sglang-* engine flags set the engines' options, colocated and in spawned servers.
 TEST(MilesRecipe, SglangEngineFlagsReachTheEngines) {
   const auto& f = fixture();
@@ -281,6 +358,7 @@ TEST(MilesRecipe, FlagsThatNeedNoModelFailBeforeAnythingLoads) {
       {{"--custom-tis-function-path", "mis.compute_mis_weights_fsdp"},
        "--custom-tis-function-path is not available"},
       {{"--use-rs"}, "--use-rs is not available"},
+      {{"--eval-config", "eval.yaml"}, "--eval-config is not available"},
       {{"--multimodal-keys", R"({"image": "images"})"}, "--multimodal-keys is not available"},
       {{"--update-weight-transfer-mode", "disk-delta"}, "--update-weight-transfer-mode disk-delta"},
       {{"--true-on-policy-mode", "--no-engine-exact-logprobs"}, "--true-on-policy-mode"},
