@@ -22,6 +22,7 @@
 #include "core/json_util.h"
 #include "core/log.h"
 #include "dist/process_group.h"
+#include "engine/kv_budget.h"
 #include "models/causal_lm.h"
 #include "train/engine_layout.h"
 #include "train/rollout_engines.h"
@@ -140,6 +141,7 @@ class ColocatedEngines : public RolloutEngines {
       eo.context_length = options.rollout.engine_context_length;
       eo.prefix_sharing = !options.rollout.engine_disable_radix_cache;
       eo.dtype = rl_engine_dtype(options.precision, eo.device);  // the trainer's
+      share_host_memory(eo, groups);
       engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
     }
     threads_ = options.rollout.engine_num_threads > 0 ? options.rollout.engine_num_threads
@@ -250,6 +252,22 @@ class ColocatedEngines : public RolloutEngines {
     engine::GenerateRequest request;
     Done done;
   };
+
+  // On the CPU the engines of one host share its memory: unless a size is given, each sizes
+  // its weights + KV cache from an equal share of the default fraction (each would otherwise
+  // claim the default fraction of the whole machine for itself).
+  void share_host_memory(engine::EngineOptions& eo, dist::ProcessGroups& groups) const {
+    if (!groups.device().is_cpu() || eo.mem_fraction_static > 0 || eo.max_total_tokens > 0) return;
+    const auto& info = groups.info();
+    const int64_t here =
+        layout_.engines_on_host(world_.rank(), info.local_rank, info.local_world_size);
+    if (here <= 1) return;
+    eo.mem_fraction_static = engine::default_mem_fraction_static(false) / static_cast<double>(here);
+    if (layout_.engine_on_rank(world_.rank()) == 0) {
+      LOG_INFO("colocated: ", here, " engines share this host's memory, each sized with ",
+               "--engine-mem-fraction-static ", eo.mem_fraction_static);
+    }
+  }
 
   void check_digests(int64_t version, const std::string& want_here) {
     const std::string held_here = engine_ ? engine_->weights_digest() : "";

@@ -33,6 +33,13 @@ int64_t EngineLayout::engine_on_rank(int rank) const {
   return -1;
 }
 
+int64_t EngineLayout::engines_on_host(int rank, int local_rank, int local_world_size) const {
+  const int first = rank - local_rank;
+  int64_t count = 0;
+  for (int r : engine_ranks) count += r >= first && r < first + local_world_size ? 1 : 0;
+  return count;
+}
+
 std::string EngineLayout::describe(int64_t threads_per_engine) const {
   std::ostringstream s;
   s << "colocated: " << num_engines() << (num_engines() == 1 ? " engine" : " engines") << " on rank"

@@ -22,6 +22,9 @@ struct EngineLayout {
   int64_t engine_on_rank(int rank) const;
   // One line for the startup log: engines, their ranks, threads each, idle ranks.
   std::string describe(int64_t threads_per_engine) const;
+  // Engines on the host of `rank`, whose ranks are [rank - local_rank, + local_world_size)
+  // (the launchers' contiguous numbering).
+  int64_t engines_on_host(int rank, int local_rank, int local_world_size) const;
 };
 
 // miles' rules, colocated: --rollout-num-gpus defaults to every training rank (miles sets it to

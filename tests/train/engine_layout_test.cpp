@@ -61,6 +61,13 @@ TEST(EngineLayout, FewerRolloutGpusLeaveTheLastRanksTrainingOnly) {
   EXPECT_EQ(layout.engine_on_rank(3), -1);
 }
 
+TEST(EngineLayout, EnginesOnAHostCountOnlyItsRanks) {
+  const auto layout = colocated_engine_layout(colocated(std::nullopt, 2), 8);  // 0, 2, 4, 6
+  EXPECT_EQ(layout.engines_on_host(/*rank=*/5, /*local_rank=*/1, /*local_world_size=*/4), 2);
+  EXPECT_EQ(layout.engines_on_host(/*rank=*/1, /*local_rank=*/1, /*local_world_size=*/2), 1);
+  EXPECT_EQ(layout.engines_on_host(/*rank=*/3, /*local_rank=*/3, /*local_world_size=*/8), 4);
+}
+
 TEST(EngineLayout, BadValuesNameTheFlag) {
   EXPECT_NE(error_of([] {
               colocated_engine_layout(colocated(3, 1), 2);
