@@ -32,12 +32,25 @@ struct Fixture {
   fs::path root, model, prompts, eval;
 };
 
+// One fixture directory per test process (ctest runs the cases in parallel processes).
+fs::path fixture_root() {
+  return binary_dir() / "tests" / "e2e" / ("miles_recipe." + std::to_string(::getpid()));
+}
+
+// Removes the fixture directory when the test program ends, whether the tests passed or not.
+class FixtureCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(fixture_root()); }
+};
+[[maybe_unused]] const auto* const kCleanup =
+    ::testing::AddGlobalTestEnvironment(new FixtureCleanup);
+
 // A tiny random Qwen3 with the arithmetic tokenizer (its chat template included) and prompts
 // keyed as in dapo-math-17k ("prompt", "label").
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    x.root = binary_dir() / "tests" / "e2e" / ("miles_recipe." + std::to_string(::getpid()));
+    x.root = fixture_root();
     fs::remove_all(x.root);
     fs::create_directories(x.root);
     x.model = x.root / "Qwen3-tiny";
