@@ -78,12 +78,16 @@ int run_sft(TrainOptions o) {
   std::unique_ptr<metrics::MetricsLogger> logger;
   if (root) logger = make_metrics_logger(o, start, /*console_table=*/false);
   for (int64_t rollout = start; rollout < o.derived.num_rollout; ++rollout) {
-    for (const auto& m : backend->train(rollout, rollout_samples(data, rollout, o))) {
-      if (!root) continue;
-      LOG_INFO(format_step(m, o.derived.train_iters));
+    const auto steps = backend->train(rollout, rollout_samples(data, rollout, o));
+    for (size_t j = 0; j < steps.size() && root; ++j) {
+      LOG_INFO(format_step(steps[j], o.derived.train_iters));
+      // miles' counter: train/step = rollout_id * steps_per_rollout + step (0-based).
+      const auto train_step =
+          rollout * static_cast<int64_t>(steps.size()) + static_cast<int64_t>(j);
       std::map<std::string, double> row;
-      for (const auto& [k, v] : m.values) row["train/" + k] = v;
-      log_metrics(*logger, m.step, row);
+      for (const auto& [k, v] : steps[j].values) row["train/" + k] = v;
+      row["train/step"] = static_cast<double>(train_step);
+      log_metrics(*logger, train_step, row);
     }
     if (save_due(o, rollout, world)) {
       backend->save_model(rollout, Json::object());

@@ -351,7 +351,10 @@ TEST(MigrationEndToEnd, SftWritesTensorBoardAndReport) {
                                {(dir / "tb").string(), (dir / "tb.json").string()});
   auto scalars = read_json_file(dir / "tb.json")["scalars"];
   ASSERT_TRUE(scalars.contains("train/loss")) << scalars.dump();
-  EXPECT_EQ(scalars["train/loss"].size(), 2u);
+  ASSERT_EQ(scalars["train/loss"].size(), 2u);
+  // miles' counter, 0-based: train/step = rollout_id * steps_per_rollout + step.
+  EXPECT_EQ(scalars["train/loss"][0][0].get<double>(), 0.0);
+  EXPECT_EQ(scalars["train/loss"][1][0].get<double>(), 1.0);
   EXPECT_TRUE(scalars.contains("train/lr-pg_0"));
   const auto html = read_file(dir / "report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
