@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/strings.h"
 
 namespace furlong::config {
@@ -57,6 +58,40 @@ std::string format_double(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
+}
+
+// A YAML mapping as JSON, for string flags whose value is a JSON object (miles'
+// --train-env-vars, --apply-chat-template-kwargs). Plain scalars follow YAML's core schema
+// (null, booleans, integers, floats, else strings); quoted scalars stay strings.
+OrderedJson yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      OrderedJson object = OrderedJson::object();
+      for (const auto& kv : node) object[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return object;
+    }
+    case YAML::NodeType::Sequence: {
+      OrderedJson array = OrderedJson::array();
+      for (const auto& item : node) array.push_back(yaml_to_json(item));
+      return array;
+    }
+    case YAML::NodeType::Scalar:
+      break;
+    default:
+      return nullptr;
+  }
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted
+  if (text.empty() || text == "~" || lower(text) == "null") return nullptr;
+  if (lower(text) == "true") return true;
+  if (lower(text) == "false") return false;
+  int64_t integer = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), integer);
+  if (ec == std::errc() && ptr == text.data() + text.size()) return integer;
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() + text.size()) return number;
+  return text;
 }
 
 const std::string& single(const std::vector<std::string>& values, const std::string& source) {
@@ -287,6 +322,10 @@ void FlagSet::apply_yaml_file(const std::string& path) {
     std::vector<std::string> values;
     if (node.IsNull()) {
       values.push_back("none");
+    } else if (node.IsMap()) {
+      FURLONG_CHECK(flag.type == FlagType::kString, source,
+                    ": expected a single value, got a mapping");
+      values.push_back(yaml_to_json(node).dump());
     } else if (node.IsSequence()) {
       FURLONG_CHECK(flag.type == FlagType::kIntList || flag.type == FlagType::kStringList, source,
                     ": expected a single value, got a list");

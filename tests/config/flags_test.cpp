@@ -20,6 +20,7 @@ struct Options {
   std::optional<int64_t> lr_decay_iters;
   std::vector<std::string> stop;
   std::vector<int64_t> stop_token_ids;
+  std::string chat_kwargs = "{}";
 };
 
 FlagSet make_flags(Options& o) {
@@ -33,6 +34,7 @@ FlagSet make_flags(Options& o) {
   f.add("lr-decay-iters", &o.lr_decay_iters, "decay length");
   f.add("stop", &o.stop, "stop strings");
   f.add("stop-token-ids", &o.stop_token_ids, "stop ids");
+  f.add("chat-kwargs", &o.chat_kwargs, "a JSON object");
   return f;
 }
 
@@ -64,6 +66,27 @@ TEST(Flags, CommandLineBeatsYamlBeatsDefaults) {
   EXPECT_EQ(o.lr_decay_iters, 100);
   EXPECT_EQ(f.origin("lr"), "cli");
   EXPECT_EQ(f.origin("weight-decay"), "yaml");
+}
+
+// miles' JSON-valued flags (--train-env-vars, --apply-chat-template-kwargs) written as YAML
+// mappings: the string flag receives the mapping as JSON, scalars typed as YAML types them.
+TEST(Flags, AYamlMappingGivesAStringFlagItsJson) {
+  auto dir = testing::scratch_dir();
+  write_file_atomic(dir / "c.yaml",
+                    "chat_kwargs: {enable_thinking: false, n: 3, t: 0.5, name: 'x', q: \"true\", "
+                    "list: [1, a], none: ~}\n");
+  Options o;
+  auto f = make_flags(o);
+  ASSERT_TRUE(f.parse({"--config", (dir / "c.yaml").string()}));
+  EXPECT_EQ(o.chat_kwargs,
+            R"({"enable_thinking":false,"n":3,"t":0.5,"name":"x","q":"true","list":[1,"a"],)"
+            R"("none":null})");
+  write_file_atomic(dir / "bad.yaml", "lr: {a: 1}\n");
+  auto msg = error_of([&] {
+    Options p;
+    make_flags(p).parse({"--config", (dir / "bad.yaml").string()});
+  });
+  EXPECT_NE(msg.find("key 'lr': expected a single value, got a mapping"), std::string::npos) << msg;
 }
 
 TEST(Flags, BooleansHaveBothForms) {
