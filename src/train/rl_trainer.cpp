@@ -216,6 +216,11 @@ void check_debug_and_offload(RlRun& run) {
     LOG_INFO("--debug-train-only starts no engines, so --eval-interval evaluates nothing");
   }
   run.offload = resolve_offload(run.options);
+  if (run.offload.rollout && !run.options.rollout.colocate && run.root()) {
+    LOG_INFO(
+        "--offload-rollout: furlong's engine servers keep their memory between rollouts "
+        "(they run on their own devices); only colocated engines release it");
+  }
   const bool any = run.offload.train || run.offload.rollout;
   if (any && run.root() && run.groups->device().is_cpu()) {
     LOG_INFO("offload (train ", run.offload.train ? "on" : "off", ", rollout ",
