@@ -2,10 +2,6 @@
 // supervised fine-tuning (--loss-type sft_loss), with the FSDP backend; every rank runs this
 // (torchrun --no-python, srun or furlong launch). With --actor-num-nodes /
 // --actor-num-gpus-per-node outside a launched world, it starts its node's ranks itself.
-#include <unistd.h>
-
-#include <climits>
-
 #include "app/common.h"
 #include "core/log.h"
 #include "dist/launch_env.h"
@@ -16,13 +12,6 @@
 namespace furlong::app {
 namespace {
 
-std::string self_binary() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  FURLONG_CHECK(n > 0, "cannot find the furlong binary (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 // Starts this node's ranks of `furlong train` with the same arguments; each of them finds its
 // world in the environment and trains. Returns the launch's exit status.
 int spawn_node_ranks(const dist::Placement& p, const std::vector<std::string>& args) {
@@ -32,7 +21,9 @@ int spawn_node_ranks(const dist::Placement& p, const std::vector<std::string>& a
   launch.node_rank = p.node_rank;
   launch.master_addr = p.master_addr;
   launch.master_port = p.master_port;
-  launch.command = {self_binary(), "train"};
+  // /proc/self/exe, not the path it links to: each rank runs this very binary, even when the
+  // file at that path is replaced (a rebuild) while the ranks start.
+  launch.command = {"/proc/self/exe", "train"};
   launch.command.insert(launch.command.end(), args.begin(), args.end());
   LOG_INFO("placement: node ", p.node_rank, " of ", p.num_nodes, " starts ", p.ranks_per_node,
            " training ranks (world ", p.num_nodes * p.ranks_per_node, ", rendezvous ",
