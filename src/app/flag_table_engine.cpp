@@ -37,6 +37,9 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
   f.add("exact-logprobs", &e.exact_logprobs,
         "report log-probs bit-identical to the trainer's recomputation (one extra prefill of "
         "prompt + output per finished request)");
+  f.add("decode-log-interval", &e.decode_log_interval,
+        "log one line (running and queued requests, KV-cache use, tokens/s) every this many "
+        "decode steps, as SGLang does (0 = never)");
 }
 
 void register_flags(config::FlagSet& f, GenerateOptions& o) {
@@ -68,6 +71,7 @@ void register_flags(config::FlagSet& f, GenerateOptions& o) {
   f.add("n-samples", &o.n_samples, "samples per prompt");
   f.add("stop-token-ids", &o.stop_token_ids, "extra token ids that end a sample");
   f.add("stop", &o.stop, "strings that end a sample (trimmed from the text)");
+  o.engine.decode_log_interval = 0;  // generate shows a progress bar instead
   add_engine_flags(f, o.engine);
 }
 

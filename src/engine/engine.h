@@ -136,6 +136,9 @@ struct EngineOptions {
   // requests keep their decode-time log-probs. Off: decode-time values (fp32 within ~2e-6 of
   // the trainer's, bf16 within ~0.02; see tests/engine/engine_generate_test.cpp).
   bool exact_logprobs = false;
+  // SGLang's --decode-log-interval: every this many decode steps the engine logs one info line
+  // (running and queued requests, tokens/s since the last line, KV-cache use); 0 = never.
+  int64_t decode_log_interval = 40;
 };
 
 // One tensor of a weight update over a process group (what the trainer broadcasts, in order).

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/InferenceMode.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -104,6 +105,13 @@ struct Engine::Impl {
   std::unordered_map<RequestId, PrefixGroup> prefix_groups;  // by leader id
   std::unordered_map<RequestId, RequestId> leader_of;        // pending follower -> its leader
   int64_t prefix_shared_tokens = 0;  // prompt tokens followers did not prefill (model_info)
+  // The decode log line (options.decode_log_interval): steps and tokens since the last line.
+  struct DecodeLog {
+    int64_t steps = 0;
+    int64_t tokens = 0;
+    std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  } decode_log;
+  void log_decode_stats(int64_t tokens_this_step);
   struct StepPlan {
     std::vector<std::shared_ptr<Sequence>> batch;  // sampled this step (followers behind leaders)
     std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> chunks;  // (sequence, tokens)

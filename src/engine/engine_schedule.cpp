@@ -21,6 +21,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <tuple>
 #include <utility>
 
@@ -279,6 +280,7 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
     }
   }
   if (!to_run.empty()) advance_isolating_failures(to_run);
+  log_decode_stats(static_cast<int64_t>(to_run.size()));
   std::vector<std::shared_ptr<Sequence>> completed;
   for (const auto& s : to_run) {
     if (s->finished) completed.push_back(s);
@@ -297,6 +299,36 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
                      [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
       running.end());
   return finished;
+}
+
+// SGLang's "Decode batch" line: one info line every decode_log_interval steps that sampled
+// tokens, with the running and queued requests, the KV-cache use and the tokens/s since the
+// previous line (scheduler thread only).
+void Engine::Impl::log_decode_stats(int64_t tokens_this_step) {
+  if (options.decode_log_interval <= 0 || tokens_this_step == 0) return;
+  decode_log.tokens += tokens_this_step;
+  if (++decode_log.steps < options.decode_log_interval) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - decode_log.since).count();
+  size_t queued = 0;
+  size_t num_running = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    queued = waiting.size();
+    num_running = running.size();
+  }
+  const int64_t used_blocks = cache->num_blocks() - cache->num_free_blocks();
+  char line[200];
+  std::snprintf(
+      line, sizeof line,
+      "engine: decode: %zu running, %zu queued, KV cache %.1f%% used (%lld of %lld "
+      "tokens), %.1f tokens/s over the last %lld steps",
+      num_running, queued, 100.0 * used_blocks / std::max<int64_t>(1, cache->num_blocks()),
+      static_cast<long long>(used_blocks * cache->block_size()),
+      static_cast<long long>(cache->capacity_tokens()), decode_log.tokens / std::max(seconds, 1e-9),
+      static_cast<long long>(decode_log.steps));
+  LOG_INFO(line);
+  decode_log = DecodeLog{0, 0, now};
 }
 
 // Units of a batch that must run together: a sequence and the pending followers behind it.
