@@ -1,0 +1,273 @@
+#include "kernels/avx512_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/vec_math.h"
+
+namespace furlong::kernels {
+namespace {
+
+#define FURLONG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define FURLONG_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define FURLONG_TILE inline __attribute__((always_inline))
+
+constexpr int kTileW = 4;  // weight rows per register tile
+constexpr int kTileX = 4;  // input rows per register tile (16 accumulators)
+constexpr bool kPrefetch = true;
+
+bool aten_capped_below_avx512() {
+  const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
+  if (cap == nullptr) return false;
+  const std::string value(cap);
+  return value == "avx2" || value == "default";
+}
+
+// The operands of one call, as raw pointers (y is fp32 or bf16 bits, per the kernel).
+template <class XT, class WT, class YT>
+struct Operands {
+  const XT* x;        // [M, D]
+  const WT* w;        // [F, D]
+  YT* y;              // [M, F]
+  const float* bias;  // [F] or null
+  int64_t M, D, F;
+};
+
+FURLONG_TILE void store(float* y, float v) {
+  *y = v;
+}
+FURLONG_TILE void store(uint16_t* y, float v) {
+  *y = float_to_bf16_bits(v);
+}
+
+// ---- fp32 inputs: fp32 FMAs over 16 lanes, weights fp32 or bf16 (widened exactly) ----
+
+FURLONG_AVX512 FURLONG_TILE __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+FURLONG_AVX512 FURLONG_TILE __m512 load16(const uint16_t* p) {
+  __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+FURLONG_AVX512 FURLONG_TILE __m512 load16(const float* p, __mmask16 k) {
+  return _mm512_maskz_loadu_ps(k, p);
+}
+FURLONG_AVX512 FURLONG_TILE __m512 load16(const uint16_t* p, __mmask16 k) {
+  __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// y[m + j][f + i] for TW weight rows from f and TX input rows from m.
+template <int TW, int TX, class WT, class YT>
+FURLONG_AVX512 FURLONG_TILE void tile_f32(const Operands<float, WT, YT>& o, int64_t f, int64_t m) {
+  __m512 acc[TW][TX];
+  for (int i = 0; i < TW; ++i)
+    for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t D = o.D;
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m512 xv[TX];
+    for (int j = 0; j < TX; ++j) xv[j] = load16(o.x + (m + j) * D + d);
+    for (int i = 0; i < TW; ++i) {
+      const WT* row = o.w + (f + i) * D + d;
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
+      const __m512 wv = load16(row);
+      for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  if (d < D) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (D - d)) - 1);
+    __m512 xv[TX];
+    for (int j = 0; j < TX; ++j) xv[j] = load16(o.x + (m + j) * D + d, k);
+    for (int i = 0; i < TW; ++i) {
+      const __m512 wv = load16(o.w + (f + i) * D + d, k);
+      for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < TW; ++i) {
+    const float b = o.bias ? o.bias[f + i] : 0.0f;
+    for (int j = 0; j < TX; ++j)
+      store(o.y + (m + j) * o.F + f + i, _mm512_reduce_add_ps(acc[i][j]) + b);
+  }
+}
+
+template <int TW, class WT, class YT>
+FURLONG_AVX512 FURLONG_TILE void rows_f32(const Operands<float, WT, YT>& o, int64_t f) {
+  int64_t m = 0;
+  for (; m + kTileX <= o.M; m += kTileX) tile_f32<TW, kTileX>(o, f, m);
+  switch (o.M - m) {
+    case 3:
+      return tile_f32<TW, 3>(o, f, m);
+    case 2:
+      return tile_f32<TW, 2>(o, f, m);
+    case 1:
+      return tile_f32<TW, 1>(o, f, m);
+    default:
+      return;
+  }
+}
+
+template <class WT, class YT>
+FURLONG_AVX512 void slab_f32(const Operands<float, WT, YT>& o, int64_t f_begin, int64_t f_end) {
+  int64_t f = f_begin;
+  if (o.M > 1) {
+    for (; f + kTileW <= f_end; f += kTileW) rows_f32<kTileW>(o, f);
+  }
+  for (; f < f_end; ++f) rows_f32<1>(o, f);
+}
+
+// ---- bf16 inputs and weights: vdpbf16ps, 16 lanes of pair sums in fp32 ----
+
+FURLONG_AVX512_BF16 FURLONG_TILE __m512bh load32(const uint16_t* p) {
+  return (__m512bh)_mm512_loadu_si512(p);
+}
+FURLONG_AVX512_BF16 FURLONG_TILE __m512bh load32(const uint16_t* p, __mmask32 k) {
+  return (__m512bh)_mm512_maskz_loadu_epi16(k, p);
+}
+
+template <int TW, int TX>
+FURLONG_AVX512_BF16 FURLONG_TILE void tile_bf16(const Operands<uint16_t, uint16_t, uint16_t>& o,
+                                                int64_t f, int64_t m) {
+  __m512 acc[TW][TX];
+  for (int i = 0; i < TW; ++i)
+    for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t D = o.D;
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    __m512bh xv[TX];
+    for (int j = 0; j < TX; ++j) xv[j] = load32(o.x + (m + j) * D + d);
+    for (int i = 0; i < TW; ++i) {
+      const uint16_t* row = o.w + (f + i) * D + d;
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
+      const __m512bh wv = load32(row);
+      for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]);
+    }
+  }
+  if (d < D) {
+    const __mmask32 k = static_cast<__mmask32>((uint64_t{1} << (D - d)) - 1);
+    __m512bh xv[TX];
+    for (int j = 0; j < TX; ++j) xv[j] = load32(o.x + (m + j) * D + d, k);
+    for (int i = 0; i < TW; ++i) {
+      const __m512bh wv = load32(o.w + (f + i) * D + d, k);
+      for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]);
+    }
+  }
+  for (int i = 0; i < TW; ++i) {
+    const float b = o.bias ? o.bias[f + i] : 0.0f;
+    for (int j = 0; j < TX; ++j)
+      store(o.y + (m + j) * o.F + f + i, _mm512_reduce_add_ps(acc[i][j]) + b);
+  }
+}
+
+template <int TW>
+FURLONG_AVX512_BF16 FURLONG_TILE void rows_bf16(const Operands<uint16_t, uint16_t, uint16_t>& o,
+                                                int64_t f) {
+  int64_t m = 0;
+  for (; m + kTileX <= o.M; m += kTileX) tile_bf16<TW, kTileX>(o, f, m);
+  switch (o.M - m) {
+    case 3:
+      return tile_bf16<TW, 3>(o, f, m);
+    case 2:
+      return tile_bf16<TW, 2>(o, f, m);
+    case 1:
+      return tile_bf16<TW, 1>(o, f, m);
+    default:
+      return;
+  }
+}
+
+FURLONG_AVX512_BF16 void slab_bf16(const Operands<uint16_t, uint16_t, uint16_t>& o, int64_t f_begin,
+                                   int64_t f_end) {
+  int64_t f = f_begin;
+  if (o.M > 1) {
+    for (; f + kTileW <= f_end; f += kTileW) rows_bf16<kTileW>(o, f);
+  }
+  for (; f < f_end; ++f) rows_bf16<1>(o, f);
+}
+
+// Splits the output rows over the threads in whole weight tiles (at least 16 tiles a task).
+template <class Slab>
+void parallel_over_rows(int64_t F, const Slab& slab) {
+  const int64_t tiles = (F + kTileW - 1) / kTileW;
+  at::parallel_for(0, tiles, 16,
+                   [&](int64_t t0, int64_t t1) { slab(t0 * kTileW, std::min(F, t1 * kTileW)); });
+}
+
+const uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+}  // namespace
+
+bool avx512_linear_available() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return cpu && !aten_capped_below_avx512();
+#else
+  return false;
+#endif
+}
+
+bool avx512_bf16_dot_available() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return cpu && avx512_linear_available();
+#else
+  return false;
+#endif
+}
+
+bool avx512_linear_supported(const at::Tensor& x_MD, const at::Tensor& w_FD) {
+  auto fp32_or_bf16 = [](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+  };
+  return avx512_linear_available() && x_MD.is_cpu() && w_FD.is_cpu() && x_MD.dim() == 2 &&
+         w_FD.dim() == 2 && x_MD.size(1) == w_FD.size(1) && fp32_or_bf16(x_MD) &&
+         fp32_or_bf16(w_FD) && w_FD.is_contiguous() && !x_MD.requires_grad() &&
+         !w_FD.requires_grad();
+}
+
+at::Tensor avx512_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
+  FURLONG_ASSERT(avx512_linear_supported(x_MD, w_FD), "avx512_linear: unsupported operands ",
+                 x_MD.sizes(), " ", x_MD.scalar_type(), " x ", w_FD.sizes(), " ",
+                 w_FD.scalar_type());
+  const int64_t M = x_MD.size(0), D = x_MD.size(1), F = w_FD.size(0);
+  at::Tensor bias32_F = b_F.defined() ? b_F.to(at::kFloat).contiguous() : at::Tensor();
+  const float* bias = bias32_F.defined() ? bias32_F.data_ptr<float>() : nullptr;
+  const bool bf16_in = x_MD.scalar_type() == at::kBFloat16;
+  if (bf16_in && w_FD.scalar_type() == at::kBFloat16 && avx512_bf16_dot_available()) {
+    auto x16_MD = x_MD.contiguous();
+    auto y16_MF = at::empty({M, F}, x16_MD.options());
+    Operands<uint16_t, uint16_t, uint16_t> o{
+        bf16_bits(x16_MD),
+        bf16_bits(w_FD),
+        reinterpret_cast<uint16_t*>(y16_MF.data_ptr<at::BFloat16>()),
+        bias,
+        M,
+        D,
+        F};
+    parallel_over_rows(F, [&](int64_t f0, int64_t f1) { slab_bf16(o, f0, f1); });
+    return y16_MF;
+  }
+  auto x32_MD = x_MD.to(at::kFloat).contiguous();
+  auto y32_MF = at::empty({M, F}, x32_MD.options());
+  const float* x = x32_MD.data_ptr<float>();
+  float* y = y32_MF.data_ptr<float>();
+  if (w_FD.scalar_type() == at::kFloat) {
+    Operands<float, float, float> o{x, w_FD.data_ptr<float>(), y, bias, M, D, F};
+    parallel_over_rows(F, [&](int64_t f0, int64_t f1) { slab_f32(o, f0, f1); });
+  } else {
+    Operands<float, uint16_t, float> o{x, bf16_bits(w_FD), y, bias, M, D, F};
+    parallel_over_rows(F, [&](int64_t f0, int64_t f1) { slab_f32(o, f0, f1); });
+  }
+  return bf16_in ? y32_MF.to(at::kBFloat16) : y32_MF;
+}
+
+}  // namespace furlong::kernels
