@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/decode_attention.h"
 #include "kernels/skinny_linear.h"
 #include "models/layers.h"
 
@@ -51,17 +52,24 @@ at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
   return masked_attention(q, k, v, mask, impl, scale).squeeze(0).transpose(0, 1);
 }
 
-// The single-token decodes of a step, attended together: each sequence's cached keys are
-// gathered into a [B, L_max] table (padded with its own slot 0, masked out).
+// The single-token decodes of a step, attended together. On CPU with SDPA the kernel
+// kernels::decode_attention reads each sequence's cached rows in place (`in_place`: every
+// decode, a lone one too). Otherwise each sequence's cached keys are gathered into a
+// [B, L_max] table (padded with its own slot 0, masked out) for masked_attention, and a lone
+// decode takes cached_attention's unpadded path.
 struct DecodeBatch {
-  at::Tensor rows_B;     // packed row of each decode token
-  at::Tensor slots_BL;   // int64 [B * L_max]
-  at::Tensor mask_B11L;  // bool
+  at::Tensor rows_B;  // packed row of each decode token
+  bool in_place = false;
+  at::Tensor slots_T;            // in place: every member's slots, concatenated (int64, CPU)
+  std::vector<int64_t> cu_lens;  // in place: B + 1 offsets into slots_T
+  at::Tensor slots_BL;           // gathered: int64 [B * L_max]
+  at::Tensor mask_B11L;          // gathered: bool
   int64_t size = 0, max_len = 0;
   std::vector<bool> member;  // per sequence: part of this batch
 
   DecodeBatch(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& cu,
-              c10::Device device) {
+              c10::Device device, bool in_place_kernel)
+      : in_place(in_place_kernel) {
     member.assign(seqs.size(), false);
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (seqs[i].num_new == 1 && seqs[i].start > 0) {
@@ -70,34 +78,51 @@ struct DecodeBatch {
         max_len = std::max(max_len, seqs[i].start + 1);
       }
     }
-    if (size < 2) {  // one decode alone takes the unpadded path
+    if (size < (in_place ? 1 : 2)) {  // one decode alone takes the unpadded path
       size = 0;
       member.assign(seqs.size(), false);
       return;
     }
     std::vector<int64_t> rows;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (member[i]) rows.push_back(cu[i]);
+    }
+    rows_B = at::tensor(rows, at::kLong).to(device);
+    if (in_place) {
+      std::vector<at::Tensor> parts;
+      cu_lens = {0};
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (!member[i]) continue;
+        parts.push_back(seqs[i].slots.narrow(0, 0, seqs[i].start + 1));
+        cu_lens.push_back(cu_lens.back() + seqs[i].start + 1);
+      }
+      slots_T = at::cat(parts).to(at::kCPU).contiguous();
+      return;
+    }
     auto slots = at::empty({size, max_len}, at::kLong);
     auto mask = at::zeros({size, 1, 1, max_len}, at::kBool);
     int64_t b = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (!member[i]) continue;
       const int64_t len = seqs[i].start + 1;
-      rows.push_back(cu[i]);
       auto seq_slots = seqs[i].slots.narrow(0, 0, len).to(at::kCPU);
       slots[b].narrow(0, 0, len).copy_(seq_slots);
       slots[b].narrow(0, len, max_len - len).fill_(seq_slots[0].item<int64_t>());
       mask[b].narrow(-1, 0, len).fill_(true);
       ++b;
     }
-    rows_B = at::tensor(rows, at::kLong).to(device);
     slots_BL = slots.view(-1).to(device);
     mask_B11L = mask.to(device);
   }
 
   at::Tensor attend(const at::Tensor& q_PNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
                     models::AttnImpl impl, double scale) const {
+    auto q_BNH = q_PNH.index_select(0, rows_B);
+    if (in_place) {
+      return kernels::decode_attention(q_BNH, k_cache, v_cache, slots_T, cu_lens, scale);
+    }
     const int64_t K = k_cache.size(1), H = k_cache.size(2);
-    auto q = q_PNH.index_select(0, rows_B).unsqueeze(2);  // [B, N, 1, H]
+    auto q = q_BNH.unsqueeze(2);  // [B, N, 1, H]
     auto k = k_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
     auto v = v_cache.index_select(0, slots_BL).view({size, max_len, K, H}).transpose(1, 2);
     return masked_attention(q, k, v, mask_B11L, impl, scale).squeeze(2);  // [B, N, H]
@@ -135,7 +160,11 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
   ctx.linear_override = kernels::inference_linear;
   const models::AttnImpl impl = options.attn;
-  const DecodeBatch decodes(seqs, cu, device);
+  const bool in_place = impl != models::AttnImpl::kEager &&
+                        x_PD.scalar_type() == cache.k(0).scalar_type() &&
+                        kernels::decode_attention_supported(model.config().num_attention_heads,
+                                                            cache.k(0), cache.v(0));
+  const DecodeBatch decodes(seqs, cu, device, in_place);
   ctx.attention_override = [&](int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
                                const at::Tensor& v_PKH, double scale) {
     auto& k_cache = cache.k(layer);
