@@ -265,6 +265,31 @@ TEST_F(EngineSampling, SameSeedSameOutputWhateverTheBatch) {
   EXPECT_NE(alone1.output_ids, other_seed.output_ids);
 }
 
+// SGLang's decode log line: one every decode_log_interval steps that sampled tokens, naming
+// the running and queued requests, the KV-cache use and the rate; none with interval 0.
+TEST_F(EngineSampling, LogsADecodeLineEveryIntervalSteps) {
+  for (int64_t interval : {4, 0}) {
+    auto options = small_engine_options();
+    options.decode_log_interval = interval;
+    auto engine = Engine::load(dir_->string(), options);
+    auto prompts = random_prompts({5, 7}, 97, 3);
+    ::testing::internal::CaptureStderr();
+    // Both requests sample a token in each of 10 steps (the first one with the prefill).
+    engine->generate({sampled(prompts[0], 1, 10), sampled(prompts[1], 2, 10)});
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    size_t lines = 0;
+    for (size_t at = log.find("engine: decode: "); at != std::string::npos;
+         at = log.find("engine: decode: ", at + 1)) {
+      ++lines;
+    }
+    EXPECT_EQ(lines, interval == 0 ? 0u : 2u) << log;
+    if (interval > 0) {
+      EXPECT_NE(log.find("2 running, 0 queued, KV cache "), std::string::npos) << log;
+      EXPECT_NE(log.find("tokens/s over the last 4 steps"), std::string::npos) << log;
+    }
+  }
+}
+
 // Wilson-Hilferty approximation of the chi-square quantile with `df` degrees of freedom at
 // upper tail probability 1e-3 (z = 3.0902); accurate to ~1% for df >= 3.
 double chi2_critical_p001(int df) {
