@@ -177,7 +177,7 @@ def colocated_scaling(furlong, work, data, args):
     else:
         big = json.loads((ROOT / "bench/configs/qwen3_100m.json").read_text())
         model = init_model(furlong, "qwen3_100m", big, ROOT / ".cache/tokenizers/qwen3", work)
-        rbs, n, max_len = 8, 4, 24
+        rbs, n, max_len = 8, 8, 16
     rollout_only = accepts_flag(furlong, "debug-rollout-only")
     print(f"Colocated rollout throughput, {model.name}, {rbs} prompts x {n} samples, "
           f"<= {max_len} tokens each ({'rollouts only' if rollout_only else 'with training'}):")
