@@ -76,7 +76,8 @@ FURLONG_AVX512 FURLONG_TILE void tile_f32(const Operands<float, WT, YT>& o, int6
     for (int j = 0; j < TX; ++j) xv[j] = load16(o.x + (m + j) * D + d);
     for (int i = 0; i < TW; ++i) {
       const WT* row = o.w + (f + i) * D + d;
-      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
+      if constexpr (kPrefetch)
+        _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
       const __m512 wv = load16(row);
       for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
     }
@@ -144,7 +145,8 @@ FURLONG_AVX512_BF16 FURLONG_TILE void tile_bf16(const Operands<uint16_t, uint16_
     for (int j = 0; j < TX; ++j) xv[j] = load32(o.x + (m + j) * D + d);
     for (int i = 0; i < TW; ++i) {
       const uint16_t* row = o.w + (f + i) * D + d;
-      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
+      if constexpr (kPrefetch)
+        _mm_prefetch(reinterpret_cast<const char*>(row + TW * D), _MM_HINT_T0);
       const __m512bh wv = load32(row);
       for (int j = 0; j < TX; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]);
     }

@@ -101,7 +101,8 @@ TEST(Avx512Linear, DISABLED_ReportThroughput) {
   c10::InferenceMode guard;
   // Process CPU time per product divided by the threads: on a shared machine the time this
   // process was descheduled does not count (memory-bandwidth contention still does).
-  auto time = [](const std::vector<at::Tensor>& ws, const std::function<void(const at::Tensor&)>& fn) {
+  auto time = [](const std::vector<at::Tensor>& ws,
+                 const std::function<void(const at::Tensor&)>& fn) {
     for (size_t i = 0; i < 2; ++i) fn(ws[i % ws.size()]);
     const std::clock_t c0 = std::clock();
     for (int r = 0; r < 3; ++r)
