@@ -12,7 +12,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/avx512_linear.h"
 #include "kernels/target_clones.h"
 #include "kernels/vec_math.h"
 
@@ -201,13 +200,8 @@ at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, cons
   const bool skinny_shape =
       x_MD.dim() == 2 && w_FD.dim() == 2 &&
       (x_MD.size(0) == 1 || (x_MD.size(0) <= kSkinnyMaxRows && w_FD.size(0) >= kHeadMinRows));
-  if (skinny_shape && skinny_linear_supported(x_MD, w_FD) &&
-      (x_MD.size(0) == 1 || !avx512_linear_available())) {
+  if (skinny_shape && skinny_linear_supported(x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
-  }
-  constexpr int64_t kAvx512MaxRows = 128;
-  if (x_MD.dim() == 2 && x_MD.size(0) <= kAvx512MaxRows && avx512_linear_supported(x_MD, w_FD)) {
-    return avx512_linear(x_MD, w_FD, b_F);
   }
   const bool cpu_fp32 = x_MD.is_cpu() && x_MD.dim() == 2 && w_FD.dim() == 2 &&
                         x_MD.scalar_type() == at::kFloat && w_FD.scalar_type() == at::kFloat;

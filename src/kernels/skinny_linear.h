@@ -32,16 +32,11 @@ namespace furlong::kernels {
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
 // - one input row (batch-1 decode): skinny_linear (one row streams weights at 22-25 GB/s, the
 //   machine's read bandwidth being about 30);
-// - 2..128 input rows on AVX-512 CPUs, fp32 or bf16, any weight size (the head too):
-//   avx512_linear (kernels/avx512_linear.h; at 64 rows about 130 GFLOP/s in fp32 and 250 in
-//   bf16 on 2 Zen 4 cores, 1.3-4x oneDNN's, which re-lays-out the weight on every call);
-// - without AVX-512: a vocabulary-sized weight (>= 32768 rows) and up to 16 input rows:
-//   skinny_linear (the lm_head at 8 rows: 65-73 ms against ATen's 156-245 ms);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms); ATen's linear when this libtorch
 //   has no mkldnn ops; larger fp32 weights: MKL as W x^T (at 32 rows 1.4x faster than x W^T,
 //   which re-packs the whole weight per call);
-// - everything else (bf16 without AVX-512 or above 128 rows, CUDA): at::linear.
+// - everything else (bf16, CUDA): at::linear.
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
 
 }  // namespace furlong::kernels

@@ -11,7 +11,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <utility>
 
@@ -99,16 +98,15 @@ TEST(Avx512Linear, RejectsWhatItCannotCompute) {
 TEST(Avx512Linear, DISABLED_ReportThroughput) {
   SKIP_WITHOUT_AVX512();
   c10::InferenceMode guard;
-  // Process CPU time per product divided by the threads: on a shared machine the time this
-  // process was descheduled does not count (memory-bandwidth contention still does).
+  // Wall-clock ms per product (run it on an idle machine: under contention the figures mislead).
   auto time = [](const std::vector<at::Tensor>& ws,
                  const std::function<void(const at::Tensor&)>& fn) {
     for (size_t i = 0; i < 2; ++i) fn(ws[i % ws.size()]);
-    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < 3; ++r)
       for (const auto& w : ws) fn(w);
-    return 1e3 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC /
-           (3.0 * static_cast<double>(ws.size()) * at::get_num_threads());
+    return 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+           (3.0 * static_cast<double>(ws.size()));
   };
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     for (auto [F, D] : {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}, {2048, 1024}}) {
