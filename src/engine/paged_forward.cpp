@@ -160,7 +160,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
   ctx.linear_override = kernels::inference_linear;
   const models::AttnImpl impl = options.attn;
-  const bool in_place = impl != models::AttnImpl::kEager &&
+  const bool in_place = impl != models::AttnImpl::kEager && x_PD.scalar_type() == at::kBFloat16 &&
                         x_PD.scalar_type() == cache.k(0).scalar_type() &&
                         kernels::decode_attention_supported(model.config().num_attention_heads,
                                                             cache.k(0), cache.v(0));
