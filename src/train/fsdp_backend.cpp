@@ -290,7 +290,16 @@ void FsdpBackend::check_weights_finite(const std::string& what) {
 
 void FsdpBackend::update_weights(const WeightSink& sink) {
   check_weights_finite("sync weights to the rollout engines");
-  const auto dtype = model_->model().config().dtype;
+  // The engines compute in the trainer's dtype (rl_engine_dtype). Where that is narrower than
+  // the checkpoint's, the weights are sent in it: each engine then holds exactly the bits it
+  // was sent (so --check-weight-update-equal compares like with like), rounded as the engine
+  // would round them itself, and the sync moves half the bytes.
+  auto dtype = model_->model().config().dtype;
+  const auto engine_dtype = rl_engine_dtype(options_.precision, groups_->device().str());
+  if (engine_dtype != "auto") {
+    const auto narrow = parse_dtype(engine_dtype, "the engine dtype");
+    if (c10::elementSize(narrow) < c10::elementSize(dtype)) dtype = narrow;
+  }
   // Colocated engines live in every engine group's rank: each rank takes its gathered copy.
   const bool deliver = groups_->world().rank() == 0 || options_.rollout.colocate;
   const int64_t bucket_bytes = std::max<int64_t>(1, options_.rollout.update_weight_buffer_size);

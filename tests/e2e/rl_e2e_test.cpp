@@ -420,5 +420,36 @@ TEST(RlEndToEnd, YamlConfigAppliesAndUnknownKeysAreRejected) {
   EXPECT_NE(r.output.find("did you mean 'rollout_temperature'"), std::string::npos) << r.output;
 }
 
+// bf16 compute on the fp32 checkpoint: the engines compute in bf16, the trainer sends weights
+// rounded to bf16, and --check-weight-update-equal holds on every sync (it compared the
+// engine's bf16 digest with the fp32 bytes sent, and failed, before the trainer sent bf16).
+std::vector<std::string> bf16_compute_flags(const fs::path& dir, int rollouts) {
+  auto flags = grpo_flags(dir, rollouts);
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--compute-dtype") flags[i + 1] = "bfloat16";
+  }
+  flags.push_back("--check-weight-update-equal");
+  return flags;
+}
+
+TEST(RlEndToEnd, Bf16ComputeOnAnFp32CheckpointSyncsTheEnginesBitExactly) {
+  {
+    auto dir = scratch_dir();
+    auto flags = bf16_compute_flags(dir, 2);
+    flags.push_back("--colocate");
+    auto r = run_train(flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GE(read_rows(dir / "metrics.jsonl").size(), 2u) << r.output;
+  }
+  {
+    auto dir = scratch_dir();
+    auto flags = bf16_compute_flags(dir, 2);
+    flags.insert(flags.end(), {"--rollout-num-engines", "1"});
+    auto r = run_train(flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GE(read_rows(dir / "metrics.jsonl").size(), 2u) << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace furlong::testing
