@@ -52,7 +52,7 @@ at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
   return masked_attention(q, k, v, mask, impl, scale).squeeze(0).transpose(0, 1);
 }
 
-// The single-token decodes of a step, attended together. On CPU with SDPA the kernel
+// The single-token decodes of a step, attended together. In bf16 on CPU with SDPA the kernel
 // kernels::decode_attention reads each sequence's cached rows in place (`in_place`: every
 // decode, a lone one too). Otherwise each sequence's cached keys are gathered into a
 // [B, L_max] table (padded with its own slot 0, masked out) for masked_attention, and a lone
