@@ -288,4 +288,22 @@ inline double forward_logits_budget(int64_t layers, double k_max, double abs_sca
   return gamma_prob(reductions * k_max, u) * abs_scale;
 }
 
+// y = x W^T (+ b) computed in fp32 (any summation order), against fp64: the largest
+// (|y - ref| - bound) over the outputs, <= 0 when every output is within the worst-case bound
+// of a D-term dot product plus the bias, gamma_{D+1} (sum_d |x_d w_d| + |b|) (Higham 3.1), and
+// for bf16 outputs one more bf16 rounding of the result.
+inline double linear_excess_over_bound(const at::Tensor& y, const at::Tensor& x,
+                                       const at::Tensor& w, const at::Tensor& b, bool bf16_output) {
+  auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
+  auto ref = at::mm(x64, w64.t());
+  auto magnitude = at::mm(x64.abs(), w64.abs().t());
+  if (b.defined()) {
+    ref = ref + b.to(at::kDouble);
+    magnitude = magnitude + b.to(at::kDouble).abs();
+  }
+  auto bound = gamma(static_cast<double>(x.size(1)) + 1, kUFp32) * magnitude;
+  if (bf16_output) bound = bound + (ref.abs() + bound) * kUBf16;
+  return ((y.to(at::kDouble) - ref).abs() - bound).max().item<double>();
+}
+
 }  // namespace furlong::testing::tol

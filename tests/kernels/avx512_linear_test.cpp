@@ -23,18 +23,6 @@ namespace {
 
 namespace tol = testing::tol;
 
-double excess_over_bound(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w,
-                         const at::Tensor& b, bool bf16_output) {
-  auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
-  auto ref = at::mm(x64, w64.t());
-  if (b.defined()) ref = ref + b.to(at::kDouble);
-  const double D = static_cast<double>(x.size(1));
-  auto bound = tol::gamma(D + 1, tol::kUFp32) * at::mm(x64.abs(), w64.abs().t());
-  if (b.defined()) bound = bound + tol::gamma(D + 1, tol::kUFp32) * b.to(at::kDouble).abs();
-  if (bf16_output) bound = bound + (ref.abs() + bound) * tol::kUBf16;
-  return ((y.to(at::kDouble) - ref).abs() - bound).max().item<double>();
-}
-
 #define SKIP_WITHOUT_AVX512()                                                          \
   if (!avx512_linear_available())                                                      \
   GTEST_SKIP() << "this CPU (or ATEN_CPU_CAPABILITY) has no AVX-512: the engine uses " \
@@ -48,16 +36,17 @@ TEST(Avx512Linear, MatchesFloat64WithinTheDotProductBound) {
   for (int64_t M : {1, 2, 3, 5, 8, 33}) {
     for (auto [F, D] : {std::pair<int64_t, int64_t>{37, 1029}, {6, 17}, {256, 64}, {1027, 1024}}) {
       auto x = at::randn({M, D}), w = at::randn({F, D}), b = at::randn({F});
-      EXPECT_LE(excess_over_bound(avx512_linear(x, w, {}), x, w, {}, false), 0.0)
+      EXPECT_LE(tol::linear_excess_over_bound(avx512_linear(x, w, {}), x, w, {}, false), 0.0)
           << M << "x" << D << " . " << F;
-      EXPECT_LE(excess_over_bound(avx512_linear(x, w, b), x, w, b, false), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(avx512_linear(x, w, b), x, w, b, false), 0.0);
       auto wb = w.to(at::kBFloat16);  // widened exactly: the bound of its fp32 values
-      EXPECT_LE(excess_over_bound(avx512_linear(x, wb, b), x, wb, b, false), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(avx512_linear(x, wb, b), x, wb, b, false), 0.0);
       auto xb = x.to(at::kBFloat16);
       auto yb = avx512_linear(xb, wb, b);
       ASSERT_EQ(yb.scalar_type(), at::kBFloat16);
-      EXPECT_LE(excess_over_bound(yb, xb, wb, b, true), 0.0) << M << "x" << D << " . " << F;
-      EXPECT_LE(excess_over_bound(avx512_linear(xb, w, {}), xb, w, {}, true), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(yb, xb, wb, b, true), 0.0)
+          << M << "x" << D << " . " << F;
+      EXPECT_LE(tol::linear_excess_over_bound(avx512_linear(xb, w, {}), xb, w, {}, true), 0.0);
     }
   }
 }

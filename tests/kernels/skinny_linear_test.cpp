@@ -17,19 +17,6 @@ namespace {
 
 namespace tol = testing::tol;
 
-// Largest (|y - ref| - bound) over the outputs: <= 0 when every output is within its bound.
-double excess_over_bound(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w,
-                         const at::Tensor& b, bool bf16_output) {
-  auto x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
-  auto ref = at::mm(x64, w64.t());
-  if (b.defined()) ref = ref + b.to(at::kDouble);
-  const double D = static_cast<double>(x.size(1));
-  auto bound = tol::gamma(D + 1, tol::kUFp32) * at::mm(x64.abs(), w64.abs().t());
-  if (b.defined()) bound = bound + tol::kUFp32 * b.to(at::kDouble).abs();
-  if (bf16_output) bound = bound + (ref.abs() + bound) * tol::kUBf16;
-  return ((y.to(at::kDouble) - ref).abs() - bound).max().item<double>();
-}
-
 TEST(SkinnyLinear, MatchesFloat64WithinTheDotProductBound) {
   c10::InferenceMode guard;
   at::manual_seed(3);
@@ -37,16 +24,16 @@ TEST(SkinnyLinear, MatchesFloat64WithinTheDotProductBound) {
   for (int64_t M : {1, 2, 3, 8, 16}) {
     for (auto [F, D] : {std::pair<int64_t, int64_t>{37, 1029}, {256, 64}, {3072, 1024}}) {
       auto x = at::randn({M, D}), w = at::randn({F, D}), b = at::randn({F});
-      EXPECT_LE(excess_over_bound(skinny_linear(x, w, {}), x, w, {}, false), 0.0)
+      EXPECT_LE(tol::linear_excess_over_bound(skinny_linear(x, w, {}), x, w, {}, false), 0.0)
           << M << "x" << D << " . " << F;
-      EXPECT_LE(excess_over_bound(skinny_linear(x, w, b), x, w, b, false), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(skinny_linear(x, w, b), x, w, b, false), 0.0);
       // bf16 weights are widened exactly: the bound is that of their fp32 values.
       auto wb = w.to(at::kBFloat16);
-      EXPECT_LE(excess_over_bound(skinny_linear(x, wb, {}), x, wb, {}, false), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(skinny_linear(x, wb, {}), x, wb, {}, false), 0.0);
       auto xb = x.to(at::kBFloat16);
       auto yb = skinny_linear(xb, wb, {});
       EXPECT_EQ(yb.scalar_type(), at::kBFloat16);
-      EXPECT_LE(excess_over_bound(yb, xb, wb, {}, true), 0.0);
+      EXPECT_LE(tol::linear_excess_over_bound(yb, xb, wb, {}, true), 0.0);
     }
   }
 }
@@ -58,18 +45,19 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
   auto head_w = at::randn({40000, 32}), head_b = at::randn({40000});
   for (int64_t M : {1, 16, 17, 64}) {  // head: skinny up to 16 rows, then ATen; else oneDNN
     auto x = at::randn({M, 256});
-    EXPECT_LE(excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0) << M;
+    EXPECT_LE(tol::linear_excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0) << M;
     auto xh = at::randn({M, 32});
-    EXPECT_LE(excess_over_bound(inference_linear(xh, head_w, head_b), xh, head_w, head_b, false),
+    EXPECT_LE(tol::linear_excess_over_bound(inference_linear(xh, head_w, head_b), xh, head_w,
+                                            head_b, false),
               0.0)
         << M;
   }
   // A non-contiguous input view is fine on every path.
   auto x = at::randn({64, 512}).narrow(1, 0, 256);
-  EXPECT_LE(excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0);
-  EXPECT_LE(
-      excess_over_bound(inference_linear(x.narrow(0, 0, 4), w, b), x.narrow(0, 0, 4), w, b, false),
-      0.0);
+  EXPECT_LE(tol::linear_excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0);
+  EXPECT_LE(tol::linear_excess_over_bound(inference_linear(x.narrow(0, 0, 4), w, b),
+                                          x.narrow(0, 0, 4), w, b, false),
+            0.0);
 }
 
 TEST(SkinnyLinear, RejectsWhatItCannotCompute) {
