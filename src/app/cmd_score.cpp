@@ -93,7 +93,8 @@ int run_score(const std::vector<std::string>& args) {
   apply_runtime_options(o.runtime);
   models::ForwardOptions forward{
       .attn = models::parse_attn_impl(o.attn_implementation, "--attn-implementation"),
-      .fused_kernels = o.fused_kernels};
+      .fused_kernels = o.fused_kernels,
+      .moe = {}};
   FURLONG_CHECK(o.max_tokens_per_batch > 0, "--max-tokens-per-batch must be positive");
 
   models::LoadOptions load;

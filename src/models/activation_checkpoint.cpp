@@ -13,13 +13,13 @@ using torch::autograd::variable_list;
 
 // Holds the block closure until backward (autograd contexts store IValues only).
 struct ClosureHolder : torch::CustomClassHolder {
-  BlockFn fn;
-  explicit ClosureHolder(BlockFn f) : fn(std::move(f)) {}
+  MultiBlockFn fn;
+  explicit ClosureHolder(MultiBlockFn f) : fn(std::move(f)) {}
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
-                            c10::intrusive_ptr<ClosureHolder> closure) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
+                               c10::intrusive_ptr<ClosureHolder> closure) {
     std::vector<at::Tensor> saved{x};
     saved.insert(saved.end(), params.begin(), params.end());
     ctx->save_for_backward(saved);
@@ -38,7 +38,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       inputs.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
     }
     std::vector<at::Tensor> params(inputs.begin() + 1, inputs.end());
-    at::Tensor out = closure->fn(inputs[0], params);
+    std::vector<at::Tensor> outputs = closure->fn(inputs[0], params);
+    std::vector<at::Tensor> differentiated, output_grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (grad_outputs[i].defined() && outputs[i].requires_grad()) {
+        differentiated.push_back(outputs[i]);
+        output_grads.push_back(grad_outputs[i]);
+      }
+    }
 
     std::vector<at::Tensor> wrt;
     std::vector<size_t> wrt_index;
@@ -49,8 +56,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       }
     }
     variable_list grads(inputs.size() + 1);  // +1 for the closure argument
-    if (!wrt.empty()) {
-      auto computed = torch::autograd::grad({out}, wrt, {grad_outputs[0]},
+    if (!wrt.empty() && !differentiated.empty()) {
+      auto computed = torch::autograd::grad(differentiated, wrt, output_grads,
                                             /*retain_graph=*/false, /*create_graph=*/false,
                                             /*allow_unused=*/true);
       for (size_t j = 0; j < wrt.size(); ++j) grads[wrt_index[j]] = computed[j];
@@ -63,6 +70,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 at::Tensor checkpointed_call(BlockFn fn, const at::Tensor& x,
                              const std::vector<at::Tensor>& params) {
+  auto multi = [fn = std::move(fn)](const at::Tensor& x_in, const std::vector<at::Tensor>& p) {
+    return std::vector<at::Tensor>{fn(x_in, p)};
+  };
+  return checkpointed_call_multi(multi, x, params)[0];
+}
+
+std::vector<at::Tensor> checkpointed_call_multi(MultiBlockFn fn, const at::Tensor& x,
+                                                const std::vector<at::Tensor>& params) {
   auto closure = c10::make_intrusive<ClosureHolder>(std::move(fn));
   return CheckpointFunction::apply(x, at::TensorList(params), closure);
 }

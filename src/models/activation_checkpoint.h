@@ -17,4 +17,12 @@ using BlockFn = std::function<at::Tensor(const at::Tensor& x, const std::vector<
 at::Tensor checkpointed_call(BlockFn fn, const at::Tensor& x,
                              const std::vector<at::Tensor>& params);
 
+// The same for a block with several outputs (e.g. a sparse layer's router probabilities next to
+// its hidden states); every output gets autograd history, and outputs that receive no
+// gradient in backward are skipped.
+using MultiBlockFn =
+    std::function<std::vector<at::Tensor>(const at::Tensor& x, const std::vector<at::Tensor>& p)>;
+std::vector<at::Tensor> checkpointed_call_multi(MultiBlockFn fn, const at::Tensor& x,
+                                                const std::vector<at::Tensor>& params);
+
 }  // namespace furlong::models

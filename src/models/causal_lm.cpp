@@ -13,12 +13,17 @@ CausalLM::CausalLM(ModelConfig config)
 CausalLM::~CausalLM() = default;
 
 void CausalLM::build_units(const std::vector<ParamSpec>& block_params) {
+  build_units([&](int64_t) { return block_params; });
+}
+
+void CausalLM::build_units(
+    const std::function<std::vector<ParamSpec>(int64_t layer)>& block_params) {
   const int64_t V = config_.vocab_size, D = config_.hidden_size;
   units_.clear();
   units_.push_back({"embed", {{"model.embed_tokens.weight", {V, D}, ParamInit::kNormal}}});
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     UnitSpec unit{"layers." + std::to_string(l), {}};
-    for (const auto& p : block_params) {
+    for (const auto& p : block_params(l)) {
       unit.params.push_back({"model.layers." + std::to_string(l) + "." + p.name, p.shape, p.init});
     }
     units_.push_back(std::move(unit));
@@ -88,6 +93,7 @@ ForwardContext CausalLM::make_context(const PackedBatch& batch, c10::ScalarType 
   ctx.batch = batch;
   ctx.attn = options.attn;
   ctx.fused_kernels = options.fused_kernels;
+  ctx.moe = options.moe;
   std::tie(ctx.cos_PH, ctx.sin_PH) = rope_.cos_sin(batch.position_ids_P, dtype);
   return ctx;
 }
@@ -109,10 +115,24 @@ const at::Tensor& CausalLM::head_weight(const UnitTensors& embed_params,
 at::Tensor CausalLM::run_block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                                const ForwardContext& ctx, bool checkpoint) const {
   if (!checkpoint) return block(layer, params, x_PD, ctx);
+  // A sparse layer that collects router probabilities for the load-balancing loss returns them
+  // as a second output of the checkpointed call, so that they carry autograd history even
+  // though the block's forward runs without it.
+  const bool with_router_probs =
+      ctx.moe && ctx.moe->collect_router_probs && config_.moe.is_sparse_layer(layer);
+  if (!with_router_probs) {
+    auto fn = [this, layer, ctx](const at::Tensor& x, const std::vector<at::Tensor>& p) {
+      return block(layer, p, x, ctx);
+    };
+    return checkpointed_call(fn, x_PD, params);
+  }
   auto fn = [this, layer, ctx](const at::Tensor& x, const std::vector<at::Tensor>& p) {
-    return block(layer, p, x, ctx);
+    auto y = block(layer, p, x, ctx);
+    return std::vector<at::Tensor>{y, ctx.moe->mean_router_probs[layer]};
   };
-  return checkpointed_call(fn, x_PD, params);
+  auto outputs = checkpointed_call_multi(fn, x_PD, params);
+  ctx.moe->mean_router_probs[layer] = outputs[1];
+  return outputs[0];
 }
 
 at::Tensor CausalLM::forward_hidden(const PackedBatch& batch, const ForwardOptions& options) const {

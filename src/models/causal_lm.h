@@ -24,6 +24,7 @@
 
 #include "models/layers.h"
 #include "models/model_config.h"
+#include "models/moe.h"
 #include "models/packed_batch.h"
 
 namespace furlong::models {
@@ -49,6 +50,9 @@ struct ForwardOptions {
   // One-pass CPU kernels for RMSNorm, RoPE and SwiGLU (src/kernels); off = the ATen op chain
   // that mirrors transformers op for op.
   bool fused_kernels = true;
+  // MoE models: what this forward records or replays of its expert choices (models/moe.h).
+  // Null: free routing, nothing recorded.
+  std::shared_ptr<MoeTrace> moe;
 };
 
 // Per-forward values shared by all blocks.
@@ -69,6 +73,8 @@ struct ForwardContext {
   AttentionFn attention_override;
   // Optional replacement for at::linear in the blocks (layers.h, LinearFn).
   LinearFn linear_override;
+  // Shared with ForwardOptions::moe (and so with a checkpointed block's recomputation).
+  std::shared_ptr<MoeTrace> moe;
 };
 
 class CausalLM {
@@ -120,8 +126,10 @@ class CausalLM {
  protected:
   explicit CausalLM(ModelConfig config);
   // Subclasses call this from their constructor with the per-block parameters (names relative
-  // to "model.layers.<i>.", in the order block() indexes them).
+  // to "model.layers.<i>.", in the order block() indexes them), for every layer alike or per
+  // layer (MoE models mix dense and sparse layers).
   void build_units(const std::vector<ParamSpec>& block_params);
+  void build_units(const std::function<std::vector<ParamSpec>(int64_t layer)>& block_params);
 
   ModelConfig config_;
   RotaryEmbedding rope_;

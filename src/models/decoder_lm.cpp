@@ -7,10 +7,10 @@
 namespace furlong::models {
 
 DecoderLM::DecoderLM(ModelConfig config) : CausalLM(std::move(config)) {
-  build_units(block_param_specs());
+  build_units([this](int64_t layer) { return block_param_specs(layer); });
 }
 
-std::vector<ParamSpec> DecoderLM::block_param_specs() {
+std::vector<ParamSpec> DecoderLM::block_param_specs(int64_t layer) {
   const auto& c = config_;
   const int64_t D = c.hidden_size, H = c.head_dim, F = c.intermediate_size;
   const int64_t NH = c.num_attention_heads * H, KH = c.num_key_value_heads * H;
@@ -33,6 +33,17 @@ std::vector<ParamSpec> DecoderLM::block_param_specs() {
     add(slots_.k_norm, "self_attn.k_norm.weight", {H}, ParamInit::kOnes);
   }
   add(slots_.post_norm, "post_attention_layernorm.weight", {D}, ParamInit::kOnes);
+  if (c.moe.is_sparse_layer(layer)) {
+    const int64_t E = c.moe.num_experts, FE = c.moe.expert_intermediate;
+    add(router_slot_, "mlp.gate.weight", {E, D}, ParamInit::kNormal);
+    for (int64_t e = 0; e < E; ++e) {
+      std::string expert = "mlp.experts." + std::to_string(e) + ".";
+      specs.push_back({expert + "gate_proj.weight", {FE, D}, ParamInit::kNormal});
+      specs.push_back({expert + "up_proj.weight", {FE, D}, ParamInit::kNormal});
+      specs.push_back({expert + "down_proj.weight", {D, FE}, ParamInit::kNormal});
+    }
+    return specs;
+  }
   add(slots_.gate, "mlp.gate_proj.weight", {F, D}, ParamInit::kNormal);
   if (c.mlp_bias) add(slots_.gate_bias, "mlp.gate_proj.bias", {F}, ParamInit::kZeros);
   add(slots_.up, "mlp.up_proj.weight", {F, D}, ParamInit::kNormal);
@@ -42,8 +53,8 @@ std::vector<ParamSpec> DecoderLM::block_param_specs() {
   return specs;
 }
 
-at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
-                            const ForwardContext& ctx) const {
+at::Tensor DecoderLM::attention_half(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
+                                     const ForwardContext& ctx) const {
   const auto& c = config_;
   auto opt = [&](int slot) { return slot >= 0 ? p[slot] : at::Tensor(); };
   const int64_t P = x_PD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
@@ -65,11 +76,34 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   auto o_PNH = ctx.attention_override ? ctx.attention_override(layer, q_PNH, k_PKH, v_PKH, scale)
                                       : attention(q_PNH, k_PKH, v_PKH, ctx.batch, ctx.attn, scale);
   auto attn_PD = apply_linear(lin, o_PNH.reshape({P, N * H}), p[slots_.o], opt(slots_.o_bias));
-  auto x1_PD = x_PD + attn_PD;
+  return x_PD + attn_PD;
+}
 
-  auto h2_PD = rms_norm(x1_PD, p[slots_.post_norm], c.rms_norm_eps, fused);
-  auto mlp_PD = swiglu_mlp(h2_PD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up],
-                           opt(slots_.up_bias), p[slots_.down], opt(slots_.down_bias), fused, lin);
+at::Tensor DecoderLM::sparse_mlp(int64_t layer, const UnitTensors& p, const at::Tensor& h_PD,
+                                 const ForwardContext& ctx) const {
+  const int64_t E = config_.moe.num_experts;
+  MoeParams params;
+  params.router_ED = p[router_slot_];
+  for (int64_t e = 0; e < E; ++e) {
+    const auto base = static_cast<size_t>(router_slot_ + 1 + 3 * e);
+    params.gate_FD.push_back(p[base]);
+    params.up_FD.push_back(p[base + 1]);
+    params.down_DF.push_back(p[base + 2]);
+  }
+  return sparse_moe_mlp(layer, h_PD, params, config_.moe, ctx.moe.get(), ctx.fused_kernels,
+                        ctx.linear_override);
+}
+
+at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
+                            const ForwardContext& ctx) const {
+  const auto& c = config_;
+  auto opt = [&](int slot) { return slot >= 0 ? p[slot] : at::Tensor(); };
+  auto x1_PD = attention_half(layer, p, x_PD, ctx);
+  auto h2_PD = rms_norm(x1_PD, p[slots_.post_norm], c.rms_norm_eps, ctx.fused_kernels);
+  if (c.moe.is_sparse_layer(layer)) return x1_PD + sparse_mlp(layer, p, h2_PD, ctx);
+  auto mlp_PD =
+      swiglu_mlp(h2_PD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up], opt(slots_.up_bias),
+                 p[slots_.down], opt(slots_.down_bias), ctx.fused_kernels, ctx.linear_override);
   return x1_PD + mlp_PD;
 }
 

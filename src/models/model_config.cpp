@@ -1,5 +1,6 @@
 #include "models/model_config.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/dtype.h"
@@ -72,34 +73,62 @@ std::string scientific(double v) {
   return buf;
 }
 
-// Fails, naming the fields, when `c` describes more layers or parameters than the sanity limits.
-void check_plausible_size(const ModelConfig& c, const std::string& where) {
-  FURLONG_CHECK(c.num_hidden_layers <= kMaxHiddenLayers, where, ": field 'num_hidden_layers' is ",
-                c.num_hidden_layers, ", beyond furlong's limit of ", kMaxHiddenLayers,
-                " (published models have at most a few hundred layers); is the file corrupted?");
-  const ParameterEstimate p = estimate_parameters(c);
-  FURLONG_CHECK(
-      p.total <= kMaxParameters, where, ": the model described has about ", scientific(p.total),
-      " parameters (embedding: vocab_size ", c.vocab_size, " x hidden_size ", c.hidden_size, " = ",
-      scientific(p.embedding), "; num_hidden_layers ", c.num_hidden_layers, " x ",
-      scientific(p.per_layer), " per layer from hidden_size ", c.hidden_size,
-      ", intermediate_size ", c.intermediate_size, ", num_attention_heads ", c.num_attention_heads,
-      ", num_key_value_heads ", c.num_key_value_heads, ", head_dim ", c.head_dim,
-      "), beyond furlong's limit of ", scientific(kMaxParameters), "; check these fields");
+}  // namespace
+
+bool MoeConfig::is_sparse_layer(int64_t layer) const {
+  if (!enabled() || (layer + 1) % decoder_sparse_step != 0) return false;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
-}  // namespace
+int64_t MoeConfig::num_sparse_layers(int64_t num_layers) const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += is_sparse_layer(l) ? 1 : 0;
+  return n;
+}
 
 ParameterEstimate estimate_parameters(const ModelConfig& c) {
   const auto D = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
   const double H = static_cast<double>(c.head_dim);
   const double NH = static_cast<double>(c.num_attention_heads) * H;
   const double KH = static_cast<double>(c.num_key_value_heads) * H;
+  const auto L = static_cast<double>(c.num_hidden_layers);
   ParameterEstimate p;
   p.embedding = static_cast<double>(c.vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
-  p.per_layer = 2 * NH * D + 2 * KH * D + 3 * F * D + 2 * D;
-  p.total = p.embedding + static_cast<double>(c.num_hidden_layers) * p.per_layer + D;
+  double attention_and_norms = 2 * NH * D + 2 * KH * D + 2 * D;
+  double dense_mlp = 3 * F * D;
+  // Counted without a loop over layers, so that a corrupted num_hidden_layers costs nothing.
+  double sparse_layers = 0;
+  double sparse_mlp = 0;
+  if (c.moe.enabled()) {
+    const auto E = static_cast<double>(c.moe.num_experts);
+    sparse_mlp = E * D + E * 3 * static_cast<double>(c.moe.expert_intermediate) * D;
+    sparse_layers = L <= static_cast<double>(kMaxHiddenLayers)
+                        ? static_cast<double>(c.moe.num_sparse_layers(c.num_hidden_layers))
+                        : L / static_cast<double>(c.moe.decoder_sparse_step);
+  }
+  double mlps = (L - sparse_layers) * dense_mlp + sparse_layers * sparse_mlp;
+  p.per_layer = attention_and_norms + (L > 0 ? mlps / L : 0);
+  p.total = p.embedding + L * p.per_layer + D;
   return p;
+}
+
+void check_plausible_size(const ModelConfig& c, const std::string& where) {
+  FURLONG_CHECK(c.num_hidden_layers <= kMaxHiddenLayers, where, ": field 'num_hidden_layers' is ",
+                c.num_hidden_layers, ", beyond furlong's limit of ", kMaxHiddenLayers,
+                " (published models have at most a few hundred layers); is the file corrupted?");
+  const ParameterEstimate p = estimate_parameters(c);
+  std::string experts = c.moe.enabled() ? ", num_experts " + std::to_string(c.moe.num_experts) +
+                                              ", moe_intermediate_size " +
+                                              std::to_string(c.moe.expert_intermediate)
+                                        : "";
+  FURLONG_CHECK(
+      p.total <= kMaxParameters, where, ": the model described has about ", scientific(p.total),
+      " parameters (embedding: vocab_size ", c.vocab_size, " x hidden_size ", c.hidden_size, " = ",
+      scientific(p.embedding), "; num_hidden_layers ", c.num_hidden_layers, " x ",
+      scientific(p.per_layer), " per layer from hidden_size ", c.hidden_size,
+      ", intermediate_size ", c.intermediate_size, ", num_attention_heads ", c.num_attention_heads,
+      ", num_key_value_heads ", c.num_key_value_heads, ", head_dim ", c.head_dim, experts,
+      "), beyond furlong's limit of ", scientific(kMaxParameters), "; check these fields");
 }
 
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,

@@ -37,6 +37,21 @@ struct RopeConfig {
   bool truncate = true;
 };
 
+// Mixture-of-experts fields (Qwen3-MoE). num_experts == 0: a dense model.
+struct MoeConfig {
+  int64_t num_experts = 0;          // E ("num_experts", or transformers 5's "num_local_experts")
+  int64_t experts_per_token = 0;    // K ("num_experts_per_tok")
+  int64_t expert_intermediate = 0;  // F of each expert ("moe_intermediate_size")
+  int64_t decoder_sparse_step = 1;  // layer l is sparse when (l + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here
+  bool norm_topk_prob = false;           // renormalize the k chosen weights to sum to 1
+  double router_aux_loss_coef = 0.001;   // transformers' coefficient (furlong's flag decides)
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_sparse_layer(int64_t layer) const;
+  int64_t num_sparse_layers(int64_t num_layers) const;
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"
   std::string model_type;    // e.g. "qwen3"
@@ -57,6 +72,7 @@ struct ModelConfig {
   bool mlp_bias = false;
   bool qk_norm = false;
   RopeConfig rope;
+  MoeConfig moe;
   // The checkpoint dtype ("torch_dtype" / "dtype"), float32 when absent.
   c10::ScalarType dtype = c10::kFloat;
   // The config.json as read; kept so exports write back every field.
@@ -81,7 +97,7 @@ struct ConfigDefaults {
 // doubles: a corrupted config can overflow int64. Biases and per-head norms are left out.
 struct ParameterEstimate {
   double embedding = 0;  // vocab_size x hidden_size (x2 with an untied lm_head)
-  double per_layer = 0;  // attention + MLP + norms of one block
+  double per_layer = 0;  // attention + MLP + norms of one block (the mean, for MoE models)
   double total = 0;
 };
 ParameterEstimate estimate_parameters(const ModelConfig& c);
@@ -94,6 +110,10 @@ inline constexpr double kMaxParameters = 1e13;
 // Reads the Llama-family fields with `defaults` for absent ones, validates them (positive
 // sizes, heads divide evenly, activation is silu, no sliding window, within the sanity limits
 // above) and returns the config. `where` names the file in errors.
+// Fails, naming the fields, when `c` describes more layers or parameters than the sanity limits
+// above. parse_decoder_config calls it; architectures with more fields (MoE) call it again.
+void check_plausible_size(const ModelConfig& c, const std::string& where);
+
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,
                                  const ConfigDefaults& defaults);
 

@@ -7,6 +7,7 @@ namespace furlong::models {
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> kArchitectures = {
       {"Qwen3ForCausalLM", "qwen3", &create_qwen3},
+      {"Qwen3MoeForCausalLM", "qwen3_moe", &create_qwen3_moe},
       {"Qwen2ForCausalLM", "qwen2", &create_qwen2},
       {"LlamaForCausalLM", "llama", &create_llama},
   };

@@ -27,6 +27,7 @@ std::unique_ptr<CausalLM> create_model(const Json& config, const std::string& wh
 
 // One factory per architecture file.
 std::unique_ptr<CausalLM> create_qwen3(const Json& config, const std::string& where);
+std::unique_ptr<CausalLM> create_qwen3_moe(const Json& config, const std::string& where);
 std::unique_ptr<CausalLM> create_qwen2(const Json& config, const std::string& where);
 std::unique_ptr<CausalLM> create_llama(const Json& config, const std::string& where);
 

@@ -59,7 +59,8 @@ models::ForwardOptions FsdpBackend::forward_options() const {
   return {
       .attn = models::parse_attn_impl(options_.model.attn_implementation, "--attn-implementation"),
       .activation_checkpointing = options_.model.gradient_checkpointing,
-      .fused_kernels = options_.model.fused_kernels};
+      .fused_kernels = options_.model.fused_kernels,
+      .moe = {}};
 }
 
 int64_t FsdpBackend::init() {

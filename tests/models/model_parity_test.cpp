@@ -213,7 +213,8 @@ class ModelParity : public ::testing::Test {
   static ForwardOptions options(const Case& c, bool fused = true) {
     return {.attn = parse_attn_impl(c.attn, "test"),
             .activation_checkpointing = false,
-            .fused_kernels = fused};
+            .fused_kernels = fused,
+            .moe = {}};
   }
   // Next-token log-probs over the packed batch (0 at each document's last token).
   static at::Tensor packed_logprobs(const CausalLM& model, const PackedBatch& batch,
