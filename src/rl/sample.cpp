@@ -24,6 +24,13 @@ void validate_sample(const Sample& s, const std::string& where) {
                     static_cast<int64_t>(s.rollout_log_probs.size()) == s.response_length,
                 where, ": rollout_log_probs has ", s.rollout_log_probs.size(),
                 " entries for a response of ", s.response_length, " tokens");
+  const auto& r = s.routed_experts;
+  if (!r.empty()) {
+    const auto expected = static_cast<int64_t>(s.tokens.size()) * r.num_layers * r.top_k;
+    FURLONG_CHECK(r.num_layers > 0 && r.top_k > 0 && static_cast<int64_t>(r.ids.size()) == expected,
+                  where, ": routed_experts has ", r.ids.size(), " ids, expected ", s.tokens.size(),
+                  " tokens x ", r.num_layers, " layers x ", r.top_k, " experts per token");
+  }
 }
 
 }  // namespace furlong::rl

@@ -11,6 +11,17 @@
 
 namespace furlong::rl {
 
+// Rollout routing replay (R3): the experts the rollout engine's MoE layers chose for every
+// token of a sample, ids[(t * num_layers + l) * top_k + k] for token t of `tokens`, layer l.
+// -1 marks dense layers and tokens the engine never ran through the model (the last token).
+struct RoutedExperts {
+  int64_t num_layers = 0;
+  int64_t top_k = 0;
+  std::vector<int32_t> ids;  // tokens.size() * num_layers * top_k entries, or empty
+
+  bool empty() const { return ids.empty(); }
+};
+
 enum class SampleStatus { kPending, kCompleted, kTruncated, kAborted, kFailed };
 
 struct Sample {
@@ -30,6 +41,8 @@ struct Sample {
   // templated string or a message list) and the decoded response text that rewards grade.
   Json prompt;
   std::string response;
+  // The engine's expert choices (MoE models with --use-rollout-routing-replay); empty otherwise.
+  RoutedExperts routed_experts;
 
   int64_t prompt_length() const { return static_cast<int64_t>(tokens.size()) - response_length; }
   // Sum of the loss mask (the per-sample loss denominator, at least 1 when used).
