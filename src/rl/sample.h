@@ -8,19 +8,11 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "core/routed_experts.h"
 
 namespace furlong::rl {
 
-// Rollout routing replay (R3): the experts the rollout engine's MoE layers chose for every
-// token of a sample, ids[(t * num_layers + l) * top_k + k] for token t of `tokens`, layer l.
-// -1 marks dense layers and tokens the engine never ran through the model (the last token).
-struct RoutedExperts {
-  int64_t num_layers = 0;
-  int64_t top_k = 0;
-  std::vector<int32_t> ids;  // tokens.size() * num_layers * top_k entries, or empty
-
-  bool empty() const { return ids.empty(); }
-};
+using furlong::RoutedExperts;
 
 enum class SampleStatus { kPending, kCompleted, kTruncated, kAborted, kFailed };
 
