@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "core/routed_experts.h"
 
 namespace furlong::tokenizer {
 class Tokenizer;
@@ -80,6 +81,11 @@ const char* finish_reason_name(FinishReason reason);  // "stop" | "length" | "ab
 struct GenerateRequest {
   std::vector<int64_t> input_ids;
   SamplingParams sampling;
+  // Rollout routing replay (SGLang's return_routed_experts): the output carries the expert ids
+  // every MoE layer chose for every prompt and output token (GenerateOutput::routed_experts).
+  // Needs an MoE model and an engine started with EngineOptions::record_routed_experts;
+  // submit() raises furlong::Error otherwise.
+  bool return_routed_experts = false;
 };
 
 struct GenerateOutput {
@@ -96,6 +102,12 @@ struct GenerateOutput {
   // Why the engine ended this request when a step failed for it (finish reason abort); empty
   // otherwise. A failure is charged to the request it belongs to: the others go on.
   std::string error;
+  // With GenerateRequest::return_routed_experts: [prompt + output tokens, L, K] expert ids
+  // (core/routed_experts.h). Row t is the routing of token t as the engine ran it (for prompt
+  // tokens shared with another request: when their KV slots were filled); -1 in dense layers'
+  // columns and in rows of tokens that never ran through the model (always the last token,
+  // and the unrun tail of an aborted request). Empty otherwise.
+  RoutedExperts routed_experts;
 };
 
 using RequestId = int64_t;
@@ -139,6 +151,12 @@ struct EngineOptions {
   // SGLang's --decode-log-interval: every this many decode steps the engine logs one info line
   // (running and queued requests, tokens/s since the last line, KV-cache use); 0 = never.
   int64_t decode_log_interval = 40;
+  // SGLang's --enable-return-routed-experts (rollout routing replay): keeps, beside the KV
+  // cache, the top-k expert ids of every MoE layer for every KV slot (int32 [slots, L, K],
+  // L * K * 4 bytes per token, counted in the KV-cache sizing), filled by every forward step,
+  // so that requests can ask for GenerateRequest::return_routed_experts. MoE models only
+  // (Engine::load raises on a dense model).
+  bool record_routed_experts = false;
 };
 
 // One tensor of a weight update over a process group (what the trainer broadcasts, in order).
