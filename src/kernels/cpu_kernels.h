@@ -1,8 +1,8 @@
 // Fused CPU kernels for the element-wise chains of Llama-family models. Each replaces several
 // ATen ops (and their temporaries) by one pass over the data, split over rows with
 // at::parallel_for and vectorized per CPU (AVX-512, AVX2 or baseline, chosen at load time).
-// cpu_kernels.cpp is built without -fopenmp (kernels/CMakeLists.txt), so that parallel_for
-// runs on the calling thread: these kernels are single-threaded today.
+// cpu_kernels.cpp is built with -fopenmp (kernels/CMakeLists.txt), so the rows run on ATen's
+// intra-op threads; a row's result does not depend on the thread count or the split.
 //
 // Numerics: fp32 inputs give the same math as the ATen reference to rounding (sums may be
 // ordered differently). bf16 inputs reproduce transformers' rounding steps (e.g. RMSNorm rounds
