@@ -10,6 +10,10 @@
 
 namespace furlong::models {
 
+// Qwen3's attention switches (Qwen3 and Qwen3-MoE): per-head q/k RMSNorm, and q/k/v/o biases
+// when the config sets attention_bias.
+void set_qwen3_attention(ModelConfig& config, const Json& json, const std::string& where);
+
 class DecoderLM : public CausalLM {
  public:
   explicit DecoderLM(ModelConfig config);

@@ -6,6 +6,13 @@
 
 namespace furlong::models {
 
+void set_qwen3_attention(ModelConfig& config, const Json& json, const std::string& where) {
+  bool attention_bias = json_get_or<bool>(json, "attention_bias", false, where);
+  config.qkv_bias = attention_bias;
+  config.o_proj_bias = attention_bias;
+  config.qk_norm = true;
+}
+
 std::unique_ptr<CausalLM> create_qwen3(const Json& json, const std::string& where) {
   ConfigDefaults defaults{.vocab_size = 151936,
                           .hidden_size = 4096,
@@ -17,10 +24,7 @@ std::unique_ptr<CausalLM> create_qwen3(const Json& json, const std::string& wher
                           .max_position_embeddings = 32768};
   ModelConfig config = parse_decoder_config(json, where, defaults);
   config.architecture = "Qwen3ForCausalLM";
-  bool attention_bias = json_get_or<bool>(json, "attention_bias", false, where);
-  config.qkv_bias = attention_bias;
-  config.o_proj_bias = attention_bias;
-  config.qk_norm = true;
+  set_qwen3_attention(config, json, where);
   return std::make_unique<DecoderLM>(std::move(config));
 }
 

@@ -53,10 +53,7 @@ std::unique_ptr<CausalLM> create_qwen3_moe(const Json& json, const std::string& 
                           .max_position_embeddings = 32768};
   ModelConfig config = parse_decoder_config(json, where, defaults);
   config.architecture = "Qwen3MoeForCausalLM";
-  bool attention_bias = json_get_or<bool>(json, "attention_bias", false, where);
-  config.qkv_bias = attention_bias;
-  config.o_proj_bias = attention_bias;
-  config.qk_norm = true;
+  set_qwen3_attention(config, json, where);
   config.moe = parse_moe(json, where, config.num_hidden_layers);
   check_plausible_size(config, where);
   return std::make_unique<DecoderLM>(std::move(config));
