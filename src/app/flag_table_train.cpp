@@ -250,6 +250,19 @@ void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
   f.add("opsm-delta", &a.opsm_delta, "OPSM threshold on a sample's mean log-prob drift");
 }
 
+void add_moe_flags(config::FlagSet& f, train::MoeOptions& m) {
+  f.set_group("Mixture of experts");
+  f.add("use-routing-replay", &m.use_routing_replay,
+        "R2: record the trainer's expert choices in the old-policy log-prob pass and replay "
+        "them in the training forwards of the rollout (MoE models only)");
+  f.add("use-rollout-routing-replay", &m.use_rollout_routing_replay,
+        "R3: the engines record every token's experts and the trainer replays them in the "
+        "old-policy and training forwards; implies --use-routing-replay (MoE models only)");
+  f.add("moe-aux-loss-coeff", &m.moe_aux_loss_coeff,
+        "weight of the load-balancing loss added to the training loss (0 = off, as in miles' "
+        "RL recipes; MoE models only when non-zero)");
+}
+
 void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
                           train::LoggingOptions& l) {
   f.set_group("Checkpoints and logging");
@@ -315,8 +328,8 @@ void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
   f.add("update-weight-local-checkpoint-dir", &c.update_weight_local_checkpoint_dir,
         "disk-delta only (not available)");
   f.add("ci-test", &c.ci_test,
-        "miles' CI mode: turns on --check-weight-update-equal (miles' other CI assertions are "
-        "not run)");
+        "miles' CI mode: turns on --check-weight-update-equal and, with routing replay, the "
+        "replay check (ci/r3_mismatch_fraction <= 1%); miles' other CI assertions are not run");
   f.add("ci-disable-kl-checker", &c.ci_disable_kl_checker, "accepted with --ci-test");
   f.add("ci-disable-logprobs-checker", &c.ci_disable_logprobs_checker, "accepted with --ci-test");
   f.add("ci-disable-weight-update-checker", &c.ci_disable_weight_update_checker,
@@ -380,6 +393,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_rollout_layout_flags(f, o.rollout);
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);
+  add_moe_flags(f, o.moe);
   add_checkpoint_flags(f, o.checkpoint, o.logging);
   add_miles_compat_flags(f, o.compat);
   add_placement_flags(f, o.placement);

@@ -55,12 +55,12 @@ FsdpBackend::FsdpBackend(const TrainOptions& options, dist::ProcessGroups& group
 
 FsdpBackend::~FsdpBackend() = default;
 
-models::ForwardOptions FsdpBackend::forward_options() const {
+models::ForwardOptions FsdpBackend::forward_options(std::shared_ptr<models::MoeTrace> moe) const {
   return {
       .attn = models::parse_attn_impl(options_.model.attn_implementation, "--attn-implementation"),
       .activation_checkpointing = options_.model.gradient_checkpointing,
       .fused_kernels = options_.model.fused_kernels,
-      .moe = {}};
+      .moe = std::move(moe)};
 }
 
 int64_t FsdpBackend::init() {
@@ -82,6 +82,7 @@ int64_t FsdpBackend::init() {
   }
   model_ =
       std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, fsdp_options, groups_->device());
+  check_moe_options();
   const auto& o = options_.optimizer;
   FURLONG_CHECK(o.optimizer == "adam", "Unsupported optimizer: ", o.optimizer,
                 ". Supported options: 'adam' (AdamW)");
@@ -156,6 +157,11 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
   if (policy && !metrics.empty()) {
     for (const auto& [k, v] : policy->metrics) metrics.front().values[k] = v;
   }
+  if (routing_replay() && options_.compat.ci_test) {
+    std::map<std::string, double> check;
+    finish_replay_check(check);
+    if (!metrics.empty()) metrics.back().values.insert(check.begin(), check.end());
+  }
   if (bar) bar->finish();
   progress_ = nullptr;
   return metrics;
@@ -163,7 +169,11 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
 
 void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size_t>& items,
                                     const PolicyData* policy, std::map<std::string, double>& sums) {
-  auto out = model_->forward(mb.batch, forward_options());
+  const bool replay = policy != nullptr && !policy->routing_TLK.empty();
+  auto trace = make_trace(items, replay ? &policy->routing_TLK : nullptr, /*record=*/false,
+                          /*collect_router_probs=*/true);
+  auto out = model_->forward(mb.batch, forward_options(trace));
+  if (trace && moe_observer_) moe_observer_("train_forward", items, *trace);
   const bool per_token = options_.batch.calculate_per_token_loss;
   at::Tensor scaled;
   if (mb.rows_T.numel() == 0) {
@@ -176,6 +186,13 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
         {.temperature = policy ? options_.rollout.rollout_temperature : 1.0,
          .with_entropy = policy != nullptr});
     auto loss = policy ? policy_loss(mb, items, lp, *policy) : sft_loss(mb, lp, per_token);
+    // The load-balancing loss enters as the micro-batch's share of the step: weighted by its
+    // samples (per-sample loss) or its loss tokens (per-token loss), as the policy loss is.
+    if (trace) {
+      const double weight = per_token ? mb.layout.loss_mask_T.sum().item<double>()
+                                      : static_cast<double>(mb.num_samples());
+      add_moe_loss_and_metrics(*trace, weight, loss.loss, sums);
+    }
     for (const auto& [k, v] : loss.metrics) sums[k] += v;
     // FSDP averages gradients over the W ranks. Per sample: scaling by W / GBS makes the step's
     // gradient that of (1 / GBS) * sum over the step's samples of their per-sample mean loss
@@ -190,6 +207,10 @@ void FsdpBackend::train_micro_batch(const MicroBatch& mb, const std::vector<size
                              : static_cast<double>(mb.num_samples());
   scaled.backward();
   model_->end_step();
+  if (trace) {
+    count_replay_check(*trace);
+    if (moe_observer_) moe_observer_("train_backward", items, *trace);
+  }
 }
 
 StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
@@ -197,6 +218,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
                                     const PolicyData* policy) {
   auto t0 = std::chrono::steady_clock::now();
   optimizer_->zero_grad();
+  step_tokens_per_expert_.clear();
   std::map<std::string, double> sums{{"count", 0.0}, {"loss", 0.0}};
   int64_t tokens = 0;
   for (const auto& items : micro_batches) {
@@ -240,6 +262,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
   m.values["grad_norm"] = grad_norm;
   m.values["lr-pg_0"] = lr;  // miles' name: the LR of parameter group 0
   if (options_.training_guard.skip_nonfinite_steps) m.values["skipped_step"] = skipped ? 1.0 : 0.0;
+  if (moe_model()) finish_moe_step_metrics(m.values);
   m.values["step_time"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;

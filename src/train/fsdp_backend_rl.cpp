@@ -58,8 +58,12 @@ void FsdpBackend::load_reference_model() {
 
 std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
                                                    const std::vector<const rl::Sample*>& local,
-                                                   const BatchPlan& plan) {
+                                                   const BatchPlan& plan,
+                                                   const std::vector<at::Tensor>* replay_TLK,
+                                                   std::vector<at::Tensor>* record_TLK) {
   std::vector<at::Tensor> out(local.size());
+  if (record_TLK != nullptr) record_TLK->assign(local.size(), at::Tensor());
+  const auto& config = model.model().config();
   at::NoGradGuard no_grad;
   for (const auto& step : plan) {
     for (const auto& items : step) {
@@ -67,7 +71,23 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
       samples.reserve(items.size());
       for (size_t i : items) samples.push_back(local[i]);
       auto mb = pack_micro_batch(samples);
-      auto fwd = model.forward(mb.batch, forward_options());
+      // The actor's MoE passes (replay or record); the reference model routes freely.
+      auto trace = replay_TLK != nullptr || record_TLK != nullptr
+                       ? make_trace(items, replay_TLK, record_TLK != nullptr, false)
+                       : nullptr;
+      auto fwd = model.forward(mb.batch, forward_options(trace));
+      if (trace) {
+        count_replay_check(*trace);
+        if (moe_observer_) moe_observer_("log_probs", items, *trace);
+      }
+      if (trace && record_TLK != nullptr && !items.empty()) {
+        auto recorded_PLK =
+            trace->recorded_PLK(config.num_hidden_layers, config.moe.experts_per_token).cpu();
+        std::vector<int64_t> sizes;
+        for (const auto* s : samples) sizes.push_back(static_cast<int64_t>(s->tokens.size()));
+        auto pieces = recorded_PLK.split_with_sizes(sizes);
+        for (size_t k = 0; k < items.size(); ++k) (*record_TLK)[items[k]] = pieces[k].clone();
+      }
       if (mb.rows_T.numel() > 0) {
         auto device = fwd.hidden_PD.device();
         // Same call as the training forward (with entropy), so the values are identical.
@@ -109,11 +129,16 @@ FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
   }
   if (ref_model_)
     timed("ref_log_probs", [&] { policy.ref_log_probs = score_samples(*ref_model_, local, plan); });
-  if (a.use_rollout_logprobs) {
-    policy.old_log_probs = policy.rollout_log_probs;
-  } else {
+  if (routing_replay()) {
+    // R3 replays the engines' routing in this pass too; R2 records it here (fsdp_backend_moe).
+    timed("log_probs", [&] {
+      policy.routing_TLK =
+          prepare_routing(local, plan, a.use_rollout_logprobs ? nullptr : &policy.old_log_probs);
+    });
+  } else if (!a.use_rollout_logprobs) {
     timed("log_probs", [&] { policy.old_log_probs = score_samples(*model_, local, plan); });
   }
+  if (a.use_rollout_logprobs) policy.old_log_probs = policy.rollout_log_probs;
   auto advantages = rl::compute_rollout_advantages(
       {.rollout = &rollout,
        .local = local_indices,

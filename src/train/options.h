@@ -220,6 +220,20 @@ struct AlgorithmOptions {
   double opsm_delta = 1e-4;
 };
 
+// Mixture-of-experts training (miles' flags; docs/training.md "Mixture of experts"). Checked
+// against the model when the backend builds it: on a dense model each of these is an error.
+struct MoeOptions {
+  // R2: the old-policy log-prob forward records the trainer's own expert choices and the
+  // training forwards of the same rollout replay them.
+  bool use_routing_replay = false;
+  // R3: the engines record the expert choices of every token (rl::Sample::routed_experts) and
+  // the trainer's old-policy and training forwards replay them. Implies use_routing_replay (set
+  // by prepare_options_before_launch, as miles' argument validation does).
+  bool use_rollout_routing_replay = false;
+  // Megatron / miles: weight of the load-balancing loss added to the training loss (0 = off).
+  double moe_aux_loss_coeff = 0.0;
+};
+
 // What to do when training goes non-finite (furlong; miles has no such switch).
 struct TrainingGuardOptions {
   bool skip_nonfinite_steps = false;  // else a non-finite gradient norm stops the run
@@ -320,6 +334,7 @@ struct TrainOptions {
   RolloutOptions rollout;
   EvalOptions eval;
   AlgorithmOptions algorithm;
+  MoeOptions moe;
   TrainingGuardOptions training_guard;
   CheckpointOptions checkpoint;
   LoggingOptions logging;

@@ -58,6 +58,14 @@ void validate_options(const TrainOptions& o, int world_size) {
                   " must be a positive multiple of the data-parallel size ", world_size);
   }
   FURLONG_CHECK(o.data.n_samples_per_prompt >= 1, "--n-samples-per-prompt must be at least 1");
+  FURLONG_CHECK(o.moe.moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0, got ",
+                o.moe.moe_aux_loss_coeff);
+  FURLONG_CHECK(!(o.moe.use_routing_replay || o.moe.use_rollout_routing_replay) ||
+                    o.batch.loss_type == LossType::kPolicyLoss,
+                o.moe.use_rollout_routing_replay ? "--use-rollout-routing-replay"
+                                                 : "--use-routing-replay",
+                " needs --loss-type policy_loss: routing replay reuses the routing of a rollout "
+                "(the engines' for R3, the old-policy log-prob pass's for R2), which SFT has not");
 }
 
 // The RL flags' rules (miles' appendix); errors say what to change.
@@ -260,7 +268,9 @@ void apply_miles_compat(TrainOptions& o, bool log) {
   if (c.ci_test) {
     note(std::string("--ci-test: furlong checks the engines' weights after every sync (") +
          (o.rollout.check_weight_update_equal ? "--check-weight-update-equal on" : "off") +
-         "); miles' CI log-prob, KL and metric assertions are not run");
+         "), and with routing replay that at most 1% of the replayed tokens share no expert with "
+         "the trainer's free top-k (ci/r3_mismatch_fraction); miles' CI log-prob, KL and metric "
+         "assertions are not run");
   }
   if (c.ci_metric_checker_key) {
     note("--ci-metric-checker-key " + *c.ci_metric_checker_key +
@@ -349,6 +359,8 @@ OrderedJson chat_template_kwargs(const DataOptions& d) {
 }
 
 void prepare_options_before_launch(TrainOptions& o, bool log) {
+  // miles' argument validation: R3 replays through the R2 machinery, so it turns R2 on.
+  if (o.moe.use_rollout_routing_replay) o.moe.use_routing_replay = true;
   apply_miles_compat(o, log);
   if (o.batch.loss_type == LossType::kPolicyLoss) check_rm_type(o.rollout.rm_type);
   check_outputs(o.logging);
