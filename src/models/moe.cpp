@@ -107,6 +107,14 @@ at::Tensor sparse_moe_mlp(int64_t layer, const at::Tensor& x_PD, const MoeParams
     replay_PK = replay_ids_of_layer(*trace, layer, x_PD.size(0), moe);
   }
   auto routing = route_tokens(x_PD, params.router_ED, moe, replay_PK, linear);
+  if (replay_PK.defined() && trace->check_replay) {
+    // Overlap of the free top-k with the replayed ids, per token; -1 never matches an id.
+    auto free_PK = std::get<1>(at::topk(routing.probs_PE.detach(), moe.experts_per_token, -1));
+    auto overlap_P = (free_PK.unsqueeze(2) == replay_PK.unsqueeze(1)).any(2).any(1);
+    auto checked_P = (replay_PK >= 0).any(-1);
+    trace->replay_checked_tokens += checked_P.sum().item<int64_t>();
+    trace->replay_mismatched_tokens += (checked_P & overlap_P.logical_not()).sum().item<int64_t>();
+  }
   if (trace != nullptr) {
     if (trace->record) store(trace->recorded, layer, routing.experts_PK.detach());
     store(trace->tokens_per_expert, layer,

@@ -32,6 +32,13 @@ struct MoeTrace {
   // router probabilities, fp32 [E], with autograd history (also under checkpointing).
   bool collect_router_probs = false;
   std::vector<at::Tensor> mean_router_probs;
+  // Replay check (miles' --ci-test): when true, each MoE layer that replays also computes its
+  // own top-k and counts the tokens whose free choice shares no expert with the replayed ids
+  // (rows that are all -1 are not checked). Summed over layers and forwards (the recomputation
+  // of a checkpointed block counts again, as miles' backward-stage check does).
+  bool check_replay = false;
+  int64_t replay_checked_tokens = 0;
+  int64_t replay_mismatched_tokens = 0;
 
   // [P, L, K] int64 of the recorded ids, -1 in the rows of dense layers (P from the first MoE
   // layer's record). Requires record and at least one MoE layer.
