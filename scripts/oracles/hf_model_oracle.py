@@ -11,7 +11,7 @@ PLAN.json is a list of cases written by the C++ test:
    "perturb": bool,            # create: randomize norm weights / biases so they matter
    "documents": [[ids...], ...],       # packed into one row, positions restart at 0
    "loss_mask": [[0/1...], ...],       # per document, same lengths (optional)
-   "want": ["logits", "logprobs", "grads", "fp32_reference"]}
+   "want": ["logits", "logprobs", "grads", "fp32_reference", "routing", "load_balancing"]}
 For mode=create the model is written to OUT_DIR/<name>/model (HF format, `dtype`).
 Outputs go to OUT_DIR/<name>/outputs.safetensors:
   logits [T, V] fp32 (the model's logits upcast), logprobs [T] fp32 (log-prob of the next
@@ -19,9 +19,24 @@ Outputs go to OUT_DIR/<name>/outputs.safetensors:
   0 at each document's last position), grad.<param name> fp32 (masked next-token
   loss: mean over masked target positions), loss (scalar), and with "fp32_reference" the
   logprobs of the same model computed in fp32 (logprobs_fp32).
+Mixture-of-experts models (Qwen3MoeForCausalLM): "perturb" also redraws the router weights
+(mlp.gate.weight, std 0.3) so that different tokens pick clearly different experts. Gradients of
+the fused in-memory expert tensors (experts.gate_up_proj [E, 2F, D], experts.down_proj [E, D, F])
+are written under the on-disk per-expert names (experts.<e>.{gate,up,down}_proj.weight).
+  routing [T, L, K] int64: the top-k expert ids each sparse layer's router chose per token (in
+    the router's order, descending probability), -1 in the rows of dense layers;
+  router_probs [T, L, E] fp32: each sparse layer's softmax router probabilities (0 for dense);
+  routing_gap [T, L] fp32: p_(K) - p_(K+1), the margin of the k-th choice (1 for dense layers);
+  router_abs_scale (scalar): max over sparse layers and tokens of sum_d |x_d W_ed| (the router
+    logits' absolute scale, for rounding bounds);
+  with "fp32_reference" also router_probs_fp32 / routing_fp32 / routing_gap_fp32 of the fp32 model;
+  with "load_balancing": load_balancing_loss (scalar), transformers' load_balancing_loss_func
+    over the packed row (no attention mask, num_experts, num_experts_per_tok), and
+    lb_grad.<router weight name> fp32, its gradient with respect to each router's weights.
 """
 import json
 import os
+import re
 import sys
 
 import torch
@@ -46,6 +61,8 @@ def create_model(case, out_dir):
                     p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
                 elif name.endswith(".bias"):
                     p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+                elif name.endswith("mlp.gate.weight"):  # MoE router [E, D]
+                    p.copy_(0.3 * torch.randn(p.shape, generator=gen))
     model_dir = os.path.join(out_dir, case["name"], "model")
     model.to(DTYPES[case["dtype"]]).save_pretrained(model_dir)
     return model_dir
@@ -92,6 +109,79 @@ def token_logprobs(model, tokens, positions, targets, valid, with_entropy=False)
     return logits, lp
 
 
+def routers(model):
+    """(layer index, router module) of each sparse layer (Qwen3MoeTopKRouter = mlp.gate)."""
+    found = []
+    for name, module in model.named_modules():
+        m = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.gate", name)
+        if m and hasattr(module, "top_k"):
+            found.append((int(m.group(1)), module))
+    return found
+
+
+def record_routing(model, tokens, positions):
+    """routing [T, L, K], router_probs [T, L, E], routing_gap [T, L] via forward hooks."""
+    config = model.config
+    T, L = tokens.numel(), config.num_hidden_layers
+    E, K = config.num_experts, config.num_experts_per_tok
+    routing = torch.full((T, L, K), -1, dtype=torch.long)
+    probs = torch.zeros(T, L, E)
+    gap = torch.ones(T, L)
+    scale = torch.zeros(())
+    hooks = []
+    for layer, router in routers(model):
+        def hook(module, args, output, layer=layer):
+            nonlocal scale
+            logits, _, indices = output
+            x = args[0].reshape(T, -1).float()
+            scale = torch.maximum(scale, (x.abs() @ module.weight.float().abs().t()).max())
+            p = torch.softmax(logits.float(), dim=-1)
+            routing[:, layer] = indices.reshape(T, K)
+            probs[:, layer] = p.reshape(T, E)
+            top = torch.topk(p, min(K + 1, E), dim=-1).values
+            gap[:, layer] = (top[:, K - 1] - top[:, K]) if K < E else 1.0
+        hooks.append(router.register_forward_hook(hook))
+    with torch.no_grad():
+        model(input_ids=tokens[None], position_ids=positions[None], use_cache=False)
+    for h in hooks:
+        h.remove()
+    return routing, probs, gap, scale
+
+
+def per_expert_grads(name, grad):
+    """Gradients of the fused in-memory expert tensors under the on-disk per-expert names."""
+    if name.endswith("mlp.experts.gate_up_proj"):  # [E, 2F, D]: gate rows first, then up
+        prefix = name[: -len("gate_up_proj")]
+        F = grad.shape[1] // 2
+        out = {}
+        for e in range(grad.shape[0]):
+            out[f"grad.{prefix}{e}.gate_proj.weight"] = grad[e, :F].float().contiguous()
+            out[f"grad.{prefix}{e}.up_proj.weight"] = grad[e, F:].float().contiguous()
+        return out
+    if name.endswith("mlp.experts.down_proj"):  # [E, D, F]
+        prefix = name[: -len("down_proj")]
+        return {f"grad.{prefix}{e}.down_proj.weight": grad[e].float().contiguous()
+                for e in range(grad.shape[0])}
+    return {"grad." + name: grad.float().contiguous()}
+
+
+def load_balancing(model, tokens, positions):
+    """transformers' load-balancing loss over the packed row and its router-weight gradients."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+    model.zero_grad()
+    out = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False,
+                output_router_logits=True)
+    config = model.config
+    loss = load_balancing_loss_func(out.router_logits, config.num_experts,
+                                    config.num_experts_per_tok, None)
+    loss.backward()
+    result = {"load_balancing_loss": loss.detach().float().reshape(())}
+    for layer, router in routers(model):
+        result[f"lb_grad.model.layers.{layer}.mlp.gate.weight"] = router.weight.grad.float().clone()
+    model.zero_grad()
+    return result
+
+
 def run_case(case, out_dir):
     if case["mode"] == "create":
         model_dir = create_model(case, out_dir)
@@ -115,6 +205,16 @@ def run_case(case, out_dir):
         with torch.no_grad():
             _, lp32 = token_logprobs(ref, tokens, positions, targets, valid)
         out["logprobs_fp32"] = lp32.contiguous()
+    is_moe = bool(routers(model))
+    if "routing" in want and is_moe:
+        (out["routing"], out["router_probs"], out["routing_gap"],
+         out["router_abs_scale"]) = record_routing(model, tokens, positions)
+        if "fp32_reference" in want:
+            (out["routing_fp32"], out["router_probs_fp32"], out["routing_gap_fp32"],
+             _) = record_routing(ref, tokens, positions)
+    if "load_balancing" in want and is_moe:
+        model.train()
+        out.update(load_balancing(model, tokens, positions))
     if "grads" in want:
         model.train()
         mask_targets, mask_valid = next_token_targets(docs, case.get("loss_mask"))
@@ -124,7 +224,7 @@ def run_case(case, out_dir):
         out["loss"] = loss.detach().float().reshape(())
         for name, p in model.named_parameters():
             if p.grad is not None:
-                out["grad." + name] = p.grad.float().contiguous()
+                out.update(per_expert_grads(name, p.grad))
     os.makedirs(os.path.join(out_dir, case["name"]), exist_ok=True)
     save_file(out, os.path.join(out_dir, case["name"], "outputs.safetensors"))
 

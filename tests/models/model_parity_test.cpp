@@ -24,6 +24,26 @@
 //    inequality |lp_furlong - lp_hf| <= |lp_furlong - lp_fp32| + e, so if furlong is as accurate
 //    as transformers (asserted separately with a 1.5x allowance for a different summation
 //    order) the two differ by at most 2.5 e. Both assertions are made per case.
+//
+// Mixture-of-experts (Qwen3MoeForCausalLM, E = 8 experts, K = 2 per token, expert width 32,
+// dense and sparse layers mixed by decoder_sparse_step / mlp_only_layers):
+//  * reductions: a sparse block adds to the 9 of a dense one the router GEMM (D terms), the
+//    router softmax's sum (E), the top-k renormalization (K) and the weighted combine of the K
+//    expert outputs per token (index_add, K terms); each expert's SwiGLU is a dense MLP over its
+//    own rows (gate/up over D, down over F = 32 <= k_max), counted already. So 13 per layer, with
+//    the same k_max (E, K, F are all below it), for every layer of an MoE model (an upper bound
+//    for its dense layers).
+//  * routing is discrete: the bounds above hold only if both implementations choose the same
+//    experts. The oracle writes transformers' routing (forward hooks on each router) and the
+//    margin p_(K) - p_(K+1) of every choice; the tests compare routing first, token for token.
+//    fp32: the router logits of the two differ by at most 2 budget(router_abs_scale) =: dz, and
+//    softmax probabilities by |dp_i| <= p_i (|dz_i| + max|dz|) <= 2 dz p_i, so the k-th and
+//    (k+1)-th choices can only swap where the margin p_(K) - p_(K+1) is below
+//    2 dz (p_(K) + p_(K+1)); the test asserts that no margin is (no near-tie for these seeds).
+//    bf16: router probabilities err by up to ~0.1 (transformers' own bf16 vs fp32), so near-ties
+//    are common and either side's choice is "right"; the seeds are chosen so that furlong and
+//    transformers route every token alike in bf16 (asserted: a mismatch prints its margin), and
+//    only then are the log-probs compared as for the dense models.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -95,7 +115,24 @@ std::vector<Case> all_cases() {
     c["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 1000.0}, {"factor", 2.0}};
     return c;
   };
+  // Qwen3-MoE: E = 8, K = 2; router weights perturbed by the oracle (std 0.3) so routing varies.
+  auto qwen3_moe = [&](bool norm_topk, int step, std::vector<int64_t> mlp_only, int layers) {
+    auto c = qwen3(2, false);
+    c["model_type"] = "qwen3_moe";
+    c["architectures"] = {"Qwen3MoeForCausalLM"};
+    c["num_hidden_layers"] = layers;
+    c["num_experts"] = 8;
+    c["num_experts_per_tok"] = 2;
+    c["moe_intermediate_size"] = 32;
+    c["norm_topk_prob"] = norm_topk;
+    c["decoder_sparse_step"] = step;
+    c["mlp_only_layers"] = mlp_only;
+    return c;
+  };
   return {
+      {"qwen3_moe_norm_topk", qwen3_moe(true, 1, {1}, 3), "float32", "sdpa", 16, true},
+      {"qwen3_moe_step2", qwen3_moe(false, 2, {}, 4), "float32", "eager", 12, true},
+      {"qwen3_moe_bf16", qwen3_moe(true, 1, {0}, 3), "bfloat16", "sdpa", 13},
       {"qwen3_gqa_untied", qwen3(2, false), "float32", "sdpa", 1, true},
       {"qwen3_mha_tied_eager", qwen3(4, true), "float32", "eager", 2, true},
       {"qwen3_linear_rope", linear_rope(2, false), "float32", "sdpa", 3},
@@ -162,6 +199,22 @@ double k_max(const Json& config) {
                 heads * head_dim, static_cast<int64_t>(longest)}));
 }
 
+bool is_moe(const Json& config) {
+  return config.contains("num_experts");
+}
+
+// One implementation's fp32 forward rounding budget per logit (tol::forward_logits_budget, with
+// 13 reductions per layer for MoE models: header comment).
+double logits_budget(const Json& config, double abs_scale) {
+  int64_t layers = config["num_hidden_layers"].get<int64_t>();
+  if (!is_moe(config)) {
+    return testing::tol::forward_logits_budget(layers, k_max(config), abs_scale,
+                                               testing::tol::kUFp32);
+  }
+  double reductions = 13.0 * static_cast<double>(layers) + 2;
+  return testing::tol::gamma_prob(reductions * k_max(config), testing::tol::kUFp32) * abs_scale;
+}
+
 // max over the scored rows of the fp32 log_softmax rounding bound of one implementation.
 double max_logprob_rounding(const at::Tensor& ref_logits_TV) {
   auto docs = test_documents();
@@ -176,6 +229,34 @@ double max_logprob_rounding(const at::Tensor& ref_logits_TV) {
   return worst;
 }
 
+// furlong's recorded expert ids ([P, L, K], -1 for dense layers) against transformers' (the
+// oracle's "routing"), token for token and in the router's order; each mismatch is a failure
+// that prints the oracle's margin p_(K) - p_(K+1) there. Returns the number of mismatches.
+int64_t routing_mismatches(const MoeTrace& trace, const io::SafetensorsFile& ref,
+                           const Json& config) {
+  auto ref_TLK = ref.tensor("routing");
+  auto ours_TLK = trace.recorded_PLK(config["num_hidden_layers"].get<int64_t>(),
+                                     config["num_experts_per_tok"].get<int64_t>());
+  EXPECT_EQ(ours_TLK.sizes(), ref_TLK.sizes());
+  if (ours_TLK.sizes() != ref_TLK.sizes()) return -1;
+  auto differ_TL = (ours_TLK != ref_TLK).any(-1);
+  auto where = differ_TL.nonzero();
+  auto gap_TL = ref.tensor("routing_gap");
+  for (int64_t i = 0; i < where.size(0); ++i) {
+    int64_t t = where[i][0].item<int64_t>(), l = where[i][1].item<int64_t>();
+    ADD_FAILURE() << "token " << t << " layer " << l << ": furlong chose " << ours_TLK[t][l]
+                  << ", transformers " << ref_TLK[t][l] << " (margin "
+                  << gap_TL[t][l].item<double>() << ")";
+  }
+  return where.size(0);
+}
+
+std::shared_ptr<MoeTrace> recording_trace() {
+  auto trace = std::make_shared<MoeTrace>();
+  trace->record = true;
+  return trace;
+}
+
 class ModelParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -185,6 +266,7 @@ class ModelParity : public ::testing::Test {
       Json want = Json::array({"logits", "logprobs"});
       if (c.grads) want.push_back("grads");
       if (c.dtype == "bfloat16") want.push_back("fp32_reference");
+      if (is_moe(c.config)) want.push_back("routing");
       plan.push_back({{"name", c.name},
                       {"mode", "create"},
                       {"config", c.config},
@@ -254,9 +336,7 @@ TEST_F(ModelParity, Fp32LogitsAndLogprobsMatchTransformers) {
       const auto& w = model->weights();
       double scale = testing::tol::head_abs_scale(model->forward_hidden(batch, options(c, fused)),
                                                   model->head_weight(w[0], w[model->final_unit()]));
-      double logits_tol =
-          2 * testing::tol::forward_logits_budget(c.config["num_hidden_layers"].get<int64_t>(),
-                                                  k_max(c.config), scale, testing::tol::kUFp32);
+      double logits_tol = 2 * logits_budget(c.config, scale);
       double lp_tol = 2 * logits_tol + 2 * max_logprob_rounding(ref->tensor("logits"));
       RecordProperty(tag + "_logits_tol", std::to_string(logits_tol));
       RecordProperty(tag + "_logprobs_tol", std::to_string(lp_tol));
@@ -276,7 +356,13 @@ TEST_F(ModelParity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
     c10::NoGradGuard no_grad;
     for (bool fused : {true, false}) {
       SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
-      auto lp = packed_logprobs(*model, batch, options(c, fused));
+      auto opts = options(c, fused);
+      if (is_moe(c.config)) opts.moe = recording_trace();
+      auto lp = packed_logprobs(*model, batch, opts);
+      // MoE: the same experts first (header comment), or the log-prob bound below is void.
+      if (opts.moe) {
+        ASSERT_EQ(routing_mismatches(*opts.moe, *ref, c.config), 0);
+      }
       auto lp_fp32 = ref->tensor("logprobs_fp32");
       double hf_error = max_abs_diff(ref->tensor("logprobs"), lp_fp32);
       double our_error = max_abs_diff(lp, lp_fp32);
@@ -290,6 +376,47 @@ TEST_F(ModelParity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
       EXPECT_LE(diff, 2.5 * hf_error);
     }
   }
+}
+
+TEST_F(ModelParity, Fp32RoutingRecordedByFurlongEqualsTransformers) {
+  auto batch = PackedBatch::from_documents(test_documents());
+  int cases = 0;
+  for (const auto& c : all_cases()) {
+    if (c.dtype != "float32" || !is_moe(c.config)) continue;
+    ++cases;
+    auto model = load(c);
+    auto ref = outputs(c.name);
+    c10::NoGradGuard no_grad;
+    // No near-tie: every margin is above 2 dz (p_(K) + p_(K+1)), dz = 2 budget(router_abs_scale)
+    // (header comment).
+    double dz = 2 * logits_budget(c.config, ref->tensor("router_abs_scale").item<double>());
+    int64_t K = c.config["num_experts_per_tok"].get<int64_t>();
+    auto top_TLk = std::get<0>(at::topk(ref->tensor("router_probs"), K + 1, -1));
+    auto needed_TL = 2 * dz * (top_TLk.select(-1, K - 1) + top_TLk.select(-1, K));
+    auto gap_TL = ref->tensor("routing_gap");
+    double worst = (needed_TL / gap_TL).max().item<double>();
+    RecordProperty(c.name + "_min_routing_margin", std::to_string(gap_TL.min().item<double>()));
+    RecordProperty(c.name + "_worst_margin_bound_over_margin", std::to_string(worst));
+    EXPECT_EQ((gap_TL <= needed_TL).sum().item<int64_t>(), 0)
+        << "a near-tie: pick another seed for " << c.name;
+    testing::tol::noted("routing_margin_needed_over_margin", worst, 1.0);
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
+      auto opts = options(c, fused);
+      opts.moe = recording_trace();
+      model->forward_hidden(batch, opts);
+      EXPECT_EQ(routing_mismatches(*opts.moe, *ref, c.config), 0);
+      // Routing is not trivial: each sparse layer spreads the tokens over most experts.
+      const auto& moe = model->config().moe;
+      for (int64_t l = 0; l < model->config().num_hidden_layers; ++l) {
+        if (!moe.is_sparse_layer(l)) continue;
+        auto load_E = opts.moe->tokens_per_expert.at(l);
+        EXPECT_EQ(load_E.sum().item<int64_t>(), batch.num_tokens() * moe.experts_per_token);
+        EXPECT_GE((load_E > 0).sum().item<int64_t>(), moe.num_experts - 2) << "layer " << l;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2);
 }
 
 TEST_F(ModelParity, GradientsMatchTransformersWithAndWithoutCheckpointing) {
@@ -315,12 +442,11 @@ TEST_F(ModelParity, GradientsMatchTransformersWithAndWithoutCheckpointing) {
       auto loss = -lp.logprobs_T.mean();
       loss.backward();
       // The loss is minus the mean of the masked log-probs: within the fp32 log-prob bound.
-      double loss_tol = 4 * testing::tol::forward_logits_budget(
-                                c.config["num_hidden_layers"].get<int64_t>(), k_max(c.config),
-                                testing::tol::head_abs_scale(
-                                    hidden, model->head_weight(w[0], w[model->final_unit()])),
-                                testing::tol::kUFp32) +
-                        2 * max_logprob_rounding(ref->tensor("logits"));
+      double loss_tol =
+          4 * logits_budget(c.config,
+                            testing::tol::head_abs_scale(
+                                hidden, model->head_weight(w[0], w[model->final_unit()]))) +
+          2 * max_logprob_rounding(ref->tensor("logits"));
       EXPECT_LE(testing::tol::noted(
                     "parity_loss",
                     std::abs(loss.item<double>() - ref->tensor("loss").item<double>()), loss_tol),
@@ -329,7 +455,13 @@ TEST_F(ModelParity, GradientsMatchTransformersWithAndWithoutCheckpointing) {
       double worst = 0;
       for (const auto& [name, tensor] : model->named_weights()) {
         auto ref_grad = ref->tensor("grad." + name);
-        ASSERT_TRUE(tensor.grad().defined()) << name;
+        if (!tensor.grad().defined()) {
+          // Only an expert no token was routed to gets no gradient; transformers' is then 0.
+          EXPECT_NE(name.find(".mlp.experts."), std::string::npos) << name;
+          EXPECT_EQ(ref_grad.abs().max().item<double>(), 0.0) << name;
+          ++checked;
+          continue;
+        }
         double rel = (tensor.grad() - ref_grad).norm().item<double>() /
                      std::max(ref_grad.norm().item<double>(), 1e-12);
         EXPECT_LE(testing::tol::noted("parity_grad_rel", rel, 1e-4), 1e-4) << name;
@@ -362,12 +494,9 @@ TEST_F(ModelParity, PackedRowsEqualEachDocumentAlone) {
       double tol;
       if (c.dtype == "float32") {
         const auto& w = model->weights();
-        tol =
-            2 * testing::tol::forward_logits_budget(
-                    c.config["num_hidden_layers"].get<int64_t>(), k_max(c.config),
-                    testing::tol::head_abs_scale(model->forward_hidden(packed, options(c)),
-                                                 model->head_weight(w[0], w[model->final_unit()])),
-                    testing::tol::kUFp32);
+        tol = 2 * logits_budget(c.config, testing::tol::head_abs_scale(
+                                              model->forward_hidden(packed, options(c)),
+                                              model->head_weight(w[0], w[model->final_unit()])));
       } else {
         tol = 4 * testing::tol::kUBf16 * packed_logits.abs().max().item<double>();
       }
