@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -46,30 +47,10 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    const auto root = binary_dir() / "tests" / "e2e" / ("colocated." + std::to_string(::getpid()));
-    fs::remove_all(root);
-    fs::create_directories(root);
-    x.model = root / "model";
+    const auto root = fresh_process_dir("e2e", "colocated");
+    x.model = init_tiny_model(root, "model");
     x.data = root / "prompts.jsonl";
-    std::ofstream(root / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"],
-      "model_type": "qwen3", "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-      "max_position_embeddings": 64, "rope_theta": 10000.0, "tie_word_embeddings": true,
-      "eos_token_id": 17})";
-    auto r = run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                         shell_quote((root / "config.json").string()) + " --tokenizer " +
-                         shell_quote((source_dir() / "examples/tokenizers/arith").string()) +
-                         " --out " + shell_quote(x.model.string()) + " --seed 7 --dtype float32");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    std::ofstream out(x.data);
-    for (int a = 0; a <= 9; ++a) {
-      for (int b = 0; a + b <= 9; ++b) {
-        out << Json{{"input", std::to_string(a) + "+" + std::to_string(b) + "="},
-                    {"label", a + b >= 5 ? "1" : "0"}}
-                   .dump()
-            << "\n";
-      }
-    }
+    write_arith_rows(x.data, threshold_row);
     return x;
   }();
   return f;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 #include "core/strings.h"
@@ -53,19 +54,9 @@ const Fixture& fixture() {
     x.root = fixture_root();
     fs::remove_all(x.root);
     fs::create_directories(x.root);
-    x.model = x.root / "Qwen3-tiny";
+    x.model = init_tiny_model(x.root, "Qwen3-tiny");
     x.prompts = x.root / "dapo-math-tiny.jsonl";
     x.eval = x.root / "aime-tiny.jsonl";
-    std::ofstream(x.root / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"],
-      "model_type": "qwen3", "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-      "head_dim": 16, "max_position_embeddings": 64, "rope_theta": 10000.0,
-      "tie_word_embeddings": true, "eos_token_id": 17})";
-    auto r = run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                         shell_quote((x.root / "config.json").string()) + " --tokenizer " +
-                         shell_quote((source_dir() / "examples/tokenizers/arith").string()) +
-                         " --out " + shell_quote(x.model.string()) + " --seed 7 --dtype float32");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
     std::ofstream prompts(x.prompts), eval(x.eval);
     for (int a = 0; a <= 9; ++a) {
       for (int b = 0; a + b <= 9; ++b) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -35,34 +36,10 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    // One fixture per test process (ctest runs the cases in parallel processes).
-    x.root = binary_dir() / "tests" / "e2e" / ("rl_fixture." + std::to_string(::getpid()));
-    fs::remove_all(x.root);
-    fs::create_directories(x.root);
-    x.model = x.root / "model";
+    x.root = fresh_process_dir("e2e", "rl_fixture");
+    x.model = init_tiny_model(x.root, "model");
     x.data = x.root / "prompts.jsonl";
-    {
-      std::ofstream cfg(x.root / "config.json");
-      cfg << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-        "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "max_position_embeddings": 64, "rope_theta": 10000.0,
-        "tie_word_embeddings": true, "eos_token_id": 17})";
-    }
-    auto r = run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                         shell_quote((x.root / "config.json").string()) + " --tokenizer " +
-                         shell_quote((source_dir() / "examples/tokenizers/arith").string()) +
-                         " --out " + shell_quote(x.model.string()) + " --seed 7 --dtype float32");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    std::ofstream out(x.data);
-    for (int a = 0; a <= 9; ++a) {
-      for (int b = 0; a + b <= 9; ++b) {
-        out << Json{{"input", std::to_string(a) + "+" + std::to_string(b) + "="},
-                    {"label", a + b >= 5 ? "1" : "0"}}
-                   .dump()
-            << "\n";
-      }
-    }
+    write_arith_rows(x.data, threshold_row);
     return x;
   }();
   return f;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/files.h"
 #include "core/json_util.h"
@@ -36,47 +37,15 @@ struct Fixture {
   fs::path root, model, model_bf16, other_model, data;
 };
 
-fs::path init_model(const fs::path& root, const std::string& name, int seed,
-                    const std::string& dtype) {
-  const auto out = root / name;
-  auto r = run_command(
-      shell_quote(furlong_binary().string()) + " init-model --config " +
-      shell_quote((root / "config.json").string()) + " --tokenizer " +
-      shell_quote((furlong::testing::source_dir() / "examples/tokenizers/arith").string()) +
-      " --out " + shell_quote(out.string()) + " --seed " + std::to_string(seed) + " --dtype " +
-      dtype + " 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return out;
-}
-
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    x.root = furlong::testing::binary_dir() / "tests" / "train" /
-             ("migration_fixture." + std::to_string(::getpid()));
-    fs::remove_all(x.root);
-    fs::create_directories(x.root);
-    {
-      std::ofstream cfg(x.root / "config.json");
-      cfg << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-        "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "max_position_embeddings": 64, "rope_theta": 10000.0,
-        "tie_word_embeddings": true, "eos_token_id": 17})";
-    }
-    x.model = init_model(x.root, "model", 7, "float32");
-    x.model_bf16 = init_model(x.root, "model_bf16", 7, "bfloat16");
-    x.other_model = init_model(x.root, "other_model", 8, "float32");
+    x.root = furlong::testing::fresh_process_dir("train", "migration_fixture");
+    x.model = furlong::testing::init_tiny_model(x.root, "model", 7, "float32");
+    x.model_bf16 = furlong::testing::init_tiny_model(x.root, "model_bf16", 7, "bfloat16");
+    x.other_model = furlong::testing::init_tiny_model(x.root, "other_model", 8, "float32");
     x.data = x.root / "prompts.jsonl";
-    std::ofstream out(x.data);
-    for (int a = 0; a <= 9; ++a) {
-      for (int b = 0; a + b <= 9; ++b) {
-        out << Json{{"input", std::to_string(a) + "+" + std::to_string(b) + "="},
-                    {"label", a + b >= 5 ? "1" : "0"}}
-                   .dump()
-            << "\n";
-      }
-    }
+    furlong::testing::write_arith_rows(x.data, furlong::testing::threshold_row);
     return x;
   }();
   return f;
