@@ -1,5 +1,6 @@
 // Black-box tests of the furlong binary: init-model, score and tokenize against transformers,
-// bad input, help, and the generated CLI reference being current.
+// bad input, help, and the generated CLI reference being current; for Qwen3-MoE, init-model,
+// score, and train + export-hf against transformers (the per-expert layout survives).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -304,6 +305,189 @@ TEST_F(Cli, HelpWorksForEveryCommandAndTheCliReferenceIsCurrent) {
   r = run_command(furlong_cmd("frobnicate"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+// Qwen3-MoE: E = 8 experts, K = 2 per token, layer 1 dense (mlp_only_layers).
+Json tiny_qwen3_moe_config() {
+  auto c = tiny_qwen3_config();
+  c["architectures"] = {"Qwen3MoeForCausalLM"};
+  c["model_type"] = "qwen3_moe";
+  c["num_hidden_layers"] = 3;
+  c["num_experts"] = 8;
+  c["num_experts_per_tok"] = 2;
+  c["moe_intermediate_size"] = 32;
+  c["norm_topk_prob"] = true;
+  c["mlp_only_layers"] = {1};
+  return c;
+}
+
+// The directory is a Qwen3-MoE checkpoint in HF's on-disk layout: the expert count in the
+// config, one tensor per expert and projection, none of transformers' fused in-memory names.
+void expect_per_expert_layout(const fs::path& dir) {
+  auto config = read_json_file(dir / "config.json");
+  EXPECT_EQ(config["architectures"][0], "Qwen3MoeForCausalLM");
+  int64_t experts = config.contains("num_experts") ? config["num_experts"].get<int64_t>()
+                                                   : config["num_local_experts"].get<int64_t>();
+  EXPECT_EQ(experts, 8);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_EQ(config["mlp_only_layers"], Json::array({1}));
+  auto weights = io::HfWeights::open(dir);
+  for (int layer : {0, 2}) {
+    std::string mlp = "model.layers." + std::to_string(layer) + ".mlp.";
+    EXPECT_EQ(weights.info(mlp + "gate.weight").shape, (std::vector<int64_t>{8, 64}));
+    for (int e = 0; e < 8; ++e) {
+      std::string ex = mlp + "experts." + std::to_string(e) + ".";
+      EXPECT_EQ(weights.info(ex + "gate_proj.weight").shape, (std::vector<int64_t>{32, 64}));
+      EXPECT_EQ(weights.info(ex + "up_proj.weight").shape, (std::vector<int64_t>{32, 64}));
+      EXPECT_EQ(weights.info(ex + "down_proj.weight").shape, (std::vector<int64_t>{64, 32}));
+    }
+  }
+  EXPECT_TRUE(weights.contains("model.layers.1.mlp.gate_proj.weight"));  // the dense layer
+  for (const auto& name : weights.names()) {
+    EXPECT_EQ(name.find("gate_up_proj"), std::string::npos) << name;
+    EXPECT_FALSE(name.ends_with("experts.down_proj")) << name;
+  }
+}
+
+// transformers' outputs (oracle) for `docs` on the HF directory `dir`, written under dir_/name.
+std::shared_ptr<io::SafetensorsFile> oracle_outputs(const fs::path& work, const std::string& name,
+                                                    const fs::path& dir,
+                                                    const std::vector<std::vector<int64_t>>& docs) {
+  Json plan = Json::array({{{"name", name},
+                            {"mode", "load"},
+                            {"model_dir", dir.string()},
+                            {"dtype", "float32"},
+                            {"attn", "sdpa"},
+                            {"documents", docs},
+                            {"want", {"logits", "logprobs", "routing"}}}});
+  write_file_atomic(work / (name + "_plan.json"), plan.dump());
+  testing::run_python("oracles/hf_model_oracle.py",
+                      {(work / (name + "_plan.json")).string(), work.string()});
+  return io::SafetensorsFile::open(work / name / "outputs.safetensors");
+}
+
+// furlong's fp32 logits on `dir` (in-process), after checking that it routes every token as
+// transformers did (the logit bounds assume the same experts) and that no routing margin is
+// within the rounding of the router (ModelParity, tests/models/model_parity_test.cpp: a choice
+// can only flip where p_(K) - p_(K+1) < 2 dz (p_(K) + p_(K+1)), dz = 2 budget(router scale)).
+// Returns the logits and sets *logits_tol to twice one implementation's forward budget (13
+// reductions per layer for MoE, k_max = 128).
+at::Tensor moe_logits_checked(const fs::path& dir, const std::vector<std::vector<int64_t>>& docs,
+                              const io::SafetensorsFile& ref, double* logits_tol) {
+  c10::InferenceMode inference;
+  auto lm = models::load_hf_model(dir, {.dtype = at::kFloat});
+  auto batch = models::PackedBatch::from_documents(docs);
+  auto trace = std::make_shared<models::MoeTrace>();
+  trace->record = true;
+  auto hidden = lm->forward_hidden(batch, {.moe = trace});
+  EXPECT_TRUE(at::equal(trace->recorded_PLK(3, 2), ref.tensor("routing")))
+      << "furlong and transformers route differently";
+  auto budget = [](double scale) {
+    return testing::tol::gamma_prob((13.0 * 3 + 2) * 128, testing::tol::kUFp32) * scale;
+  };
+  double dz = 2 * budget(ref.tensor("router_abs_scale").item<double>());
+  auto top_TLk = std::get<0>(at::topk(ref.tensor("router_probs"), 3, -1));
+  auto needed_TL = 2 * dz * (top_TLk.select(-1, 1) + top_TLk.select(-1, 2));
+  EXPECT_EQ((ref.tensor("routing_gap") <= needed_TL).sum().item<int64_t>(), 0) << "a near-tie";
+  const auto& w = lm->weights();
+  const auto& head = lm->head_weight(w[0], w[lm->final_unit()]);
+  *logits_tol = 2 * budget(testing::tol::head_abs_scale(hidden, head));
+  return at::mm(hidden, head.t());
+}
+
+class CliMoe : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = testing::binary_dir() / "testdata" / ("cli_moe." + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_file_atomic(dir_ / "moe.json", tiny_qwen3_moe_config().dump());
+    auto r = run_command(furlong_cmd(
+        "init-model --config " + shell_quote((dir_ / "moe.json").string()) + " --tokenizer " +
+        shell_quote(testing::tokenizer_dir("qwen3").string()) + " --out " +
+        shell_quote((dir_ / "model").string()) + " --seed 7 --dtype float32"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static fs::path dir_;
+};
+fs::path CliMoe::dir_;
+
+TEST_F(CliMoe, InitModelWritesPerExpertTensorsAndScoreEqualsTransformers) {
+  expect_per_expert_layout(dir_ / "model");
+  std::vector<std::vector<int64_t>> docs = {{9707, 11, 1879, 0, 42, 785, 6722},
+                                            {315, 9625, 374, 12095, 13, 576}};
+  write_lines(dir_ / "ids.jsonl",
+              {Json{{"input_ids", docs[0]}}.dump(), Json{{"input_ids", docs[1]}}.dump()});
+  auto r =
+      run_command(furlong_cmd("score --hf-checkpoint " + shell_quote((dir_ / "model").string()) +
+                              " --input " + shell_quote((dir_ / "ids.jsonl").string()) +
+                              " --output " + shell_quote((dir_ / "scores.jsonl").string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto ref = oracle_outputs(dir_, "init", dir_ / "model", docs);
+  double logits_tol = 0;
+  auto ours = moe_logits_checked(dir_ / "model", docs, *ref, &logits_tol);
+  auto ref_logits = ref->tensor("logits");
+  double logits_diff = testing::max_abs_diff(ours, ref_logits);
+  EXPECT_LE(testing::tol::noted("cli_moe_logits", logits_diff, logits_tol), logits_tol);
+  // Log-probs: the logits bound twice over (lp = z_y - logsumexp z) plus both sides' fp32
+  // log_softmax rounding over V = 151,936 (tol::fp32_softmax_row_bound), per row; and the
+  // issue's figure, 1e-4.
+  auto rows = read_jsonl(dir_ / "scores.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  auto ref_lp = ref->tensor("logprobs");
+  double worst = 0;
+  for (size_t d = 0, offset = 0; d < docs.size(); offset += docs[d].size(), ++d) {
+    auto lp = rows[d].value["logprobs"].get<std::vector<double>>();
+    ASSERT_EQ(lp.size(), docs[d].size() - 1);
+    for (size_t t = 0; t + 1 < docs[d].size(); ++t) {
+      auto row = static_cast<int64_t>(offset + t);
+      double rounding =
+          testing::tol::fp32_softmax_row_bound(ref_logits[row], docs[d][t + 1]).logprob_rounding;
+      double tol = 2 * logits_tol + 2 * rounding;
+      double err = std::abs(lp[t] - ref_lp[row].item<double>());
+      EXPECT_LE(testing::tol::noted("cli_moe_logprob", err, tol), tol) << d << "," << t;
+      worst = std::max(worst, err);
+    }
+  }
+  RecordProperty("moe_logits_max_abs_diff", std::to_string(logits_diff));
+  RecordProperty("moe_logits_tol", std::to_string(logits_tol));
+  RecordProperty("moe_logprob_worst_abs_err", std::to_string(worst));
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST_F(CliMoe, TrainThenExportHfKeepsThePerExpertLayoutAndTransformersGetsTheSameLogits) {
+  write_lines(dir_ / "sft.jsonl",
+              {R"({"prompt_ids": [9707, 11, 1879], "response_ids": [0, 42, 785]})",
+               R"({"prompt_ids": [315, 9625], "response_ids": [374, 12095, 13]})",
+               R"({"prompt_ids": [576, 1879, 11, 42], "response_ids": [9707]})",
+               R"({"prompt_ids": [6722, 315], "response_ids": [785, 0]})"});
+  auto save = dir_ / "run";
+  auto r = run_command(
+      "env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT " +
+      furlong_cmd("train --hf-checkpoint " + shell_quote((dir_ / "model").string()) +
+                  " --loss-type sft --prompt-data " + shell_quote((dir_ / "sft.jsonl").string()) +
+                  " --global-batch-size 4 --num-rollout 2 --lr 1e-2 --compute-dtype float32"
+                  " --save " +
+                  shell_quote(save.string()) + " --save-interval 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = dir_ / "exported";
+  r = run_command(furlong_cmd("export-hf --load " + shell_quote(save.string()) + " --out " +
+                              shell_quote(out.string())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_per_expert_layout(out);
+  // Training moved the routers and the experts (so the round trip carries trained values).
+  auto before = io::HfWeights::open(dir_ / "model"), after = io::HfWeights::open(out);
+  for (const char* name :
+       {"model.layers.0.mlp.gate.weight", "model.layers.2.mlp.experts.3.down_proj.weight"}) {
+    EXPECT_FALSE(at::equal(before.get(name), after.get(name))) << name;
+  }
+  std::vector<std::vector<int64_t>> docs = {{1, 5, 9, 13, 2, 40, 785}, {7, 7, 3, 9625}};
+  auto ref = oracle_outputs(dir_, "export", out, docs);
+  double logits_tol = 0;
+  auto ours = moe_logits_checked(out, docs, *ref, &logits_tol);
+  double diff = testing::max_abs_diff(ours, ref->tensor("logits"));
+  RecordProperty("exported_moe_logits_max_abs_diff", std::to_string(diff));
+  EXPECT_LE(testing::tol::noted("cli_moe_export_logits", diff, logits_tol), logits_tol);
 }
 
 // --version names the commit built (an ancestor of the tree's HEAD, or "unknown" without git)
