@@ -99,6 +99,10 @@ KvBudget Engine::Impl::plan_cache_memory() {
   in.requested_tokens = options.max_total_tokens;
   in.bytes_per_token =
       KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype);
+  if (options.record_routed_experts) {  // the routing pool shares the cache's slots
+    in.bytes_per_token +=
+        KvCache::routing_bytes_per_token(cfg.num_hidden_layers, cfg.moe.experts_per_token);
+  }
   in.block_size = options.kv_block_size;
   // No sequence reserves more than the context: more than this many tokens is never used.
   const int64_t per_request = (context_length + in.block_size - 1) / in.block_size * in.block_size;
@@ -152,12 +156,17 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   impl->forward.attn = models::parse_attn_impl(options.attn_implementation, "engine attention");
   impl->forward.fused_kernels = options.fused_kernels;
   const auto& cfg = impl->model->config();
+  FURLONG_CHECK(!options.record_routed_experts || cfg.moe.enabled(),
+                "engine: recording routed experts (--enable-return-routed-experts, rollout "
+                "routing replay) needs a mixture-of-experts model; ",
+                cfg.architecture, " from ", hf_dir, " has no routed experts");
   impl->context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
   const auto budget = impl->plan_cache_memory();
   impl->cache = std::make_unique<KvCache>(
       cfg.num_hidden_layers, budget.num_blocks, options.kv_block_size, cfg.num_key_value_heads,
-      cfg.head_dim, at::TensorOptions().dtype(impl->dtype).device(impl->device));
+      cfg.head_dim, at::TensorOptions().dtype(impl->dtype).device(impl->device),
+      options.record_routed_experts ? cfg.moe.experts_per_token : 0);
   const int64_t blocks = budget.num_blocks;
   Impl* raw = impl.get();
   impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
@@ -165,7 +174,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
            ", ", impl->device.str(), ")");
   LOG_INFO("engine: KV cache ", blocks * options.kv_block_size, " tokens (", blocks, " blocks of ",
            options.kv_block_size, ", ", format_gb(budget.bytes), ", ",
-           budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens", ")");
+           budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens",
+           options.record_routed_experts ? ", with the routed-experts record" : "", ")");
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -208,6 +218,8 @@ Json Engine::model_info() const {
               {"kv_block_size", impl_->options.kv_block_size},
               {"max_total_tokens", impl_->cache->capacity_tokens()},
               {"kv_cache_bytes", impl_->cache_bytes},
+              {"record_routed_experts", impl_->options.record_routed_experts},
+              {"num_experts_per_tok", cfg.moe.experts_per_token},
               {"mem_fraction_static", impl_->mem_fraction_static},
               {"prefix_sharing", impl_->options.prefix_sharing},
               {"prefix_shared_tokens", impl_->prefix_shared_tokens},
@@ -226,6 +238,15 @@ void Engine::Impl::validate(const GenerateRequest& r) const {
     check_weights_present();
   }
   FURLONG_CHECK(!r.input_ids.empty(), "generate: the prompt (input_ids) is empty");
+  if (r.return_routed_experts) {
+    FURLONG_CHECK(model->config().moe.enabled(), "generate: return_routed_experts asks for the ",
+                  "routed experts of an MoE model, but ", model->config().architecture,
+                  " has none");
+    FURLONG_CHECK(options.record_routed_experts,
+                  "generate: return_routed_experts needs an engine that records routing; start "
+                  "it with record_routed_experts (furlong serve --enable-return-routed-experts, "
+                  "or --use-rollout-routing-replay in training)");
+  }
   const int64_t vocab = model->config().vocab_size;
   for (size_t i = 0; i < r.input_ids.size(); ++i) {
     FURLONG_CHECK(r.input_ids[i] >= 0 && r.input_ids[i] < vocab, "generate: input_ids[", i,
@@ -260,6 +281,7 @@ RequestId Engine::submit(GenerateRequest request, DoneCallback on_done, TokenCal
   s->on_tokens = std::move(on_tokens);
   s->tokens = std::move(request.input_ids);
   s->prompt_len = static_cast<int64_t>(s->tokens.size());
+  s->return_routed_experts = request.return_routed_experts;
   s->out.prompt_tokens = s->prompt_len;
   s->rng.seed(s->sampling.seed ? *s->sampling.seed : std::random_device{}());
   for (const auto& stop : s->sampling.stop)
@@ -528,6 +550,20 @@ void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
     s.out.finish_reason = *reason;
     s.finished = true;
   }
+}
+
+void Engine::Impl::collect_routing(Sequence& s) {
+  if (!s.return_routed_experts || !cache->records_routing()) return;
+  auto& pool = cache->routing();
+  RoutedExperts& r = s.out.routed_experts;
+  r.num_layers = pool.size(1);
+  r.top_k = pool.size(2);
+  const auto rows = static_cast<int64_t>(s.tokens.size());
+  const int64_t ran = std::min({s.num_cached, rows, s.slots.defined() ? s.slots.numel() : 0});
+  r.ids.assign(static_cast<size_t>(rows * r.num_layers * r.top_k), -1);
+  if (ran == 0) return;
+  auto ids_RLK = pool.index_select(0, s.slots.narrow(0, 0, ran)).to(at::kCPU).contiguous();
+  std::copy_n(ids_RLK.data_ptr<int32_t>(), ids_RLK.numel(), r.ids.begin());
 }
 
 void Engine::Impl::finish(const std::shared_ptr<Sequence>& s, FinishReason reason) {

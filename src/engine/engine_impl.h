@@ -34,8 +34,9 @@ struct Sequence {
   Engine::TokenCallback on_tokens;
   std::vector<int64_t> tokens;  // prompt, then generated tokens
   int64_t prompt_len = 0;
-  int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
-  bool finished = false;   // set by append_token (eos, stop, length); step() then releases it
+  bool return_routed_experts = false;  // fill out.routed_experts when it ends
+  int64_t num_cached = 0;              // leading tokens whose K/V are in the cache
+  bool finished = false;  // set by append_token (eos, stop, length); step() then releases it
   std::vector<int64_t> blocks;
   at::Tensor slots;  // cache slot of every position the reservation covers
   GenerateOutput out;
@@ -145,6 +146,9 @@ struct Engine::Impl {
   void append_token(Sequence& s, int64_t token, float logprob);
   void recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs);
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
+  // With s.return_routed_experts: out.routed_experts from the routing pool at s's slots, for
+  // the positions that ran (the first num_cached), -1 after. Call before its blocks are freed.
+  void collect_routing(Sequence& s);
   void validate(const GenerateRequest& request) const;
   void check_weights_present() const;
   // The error that ended request `id` (only valid inside its done callback), "" if none.

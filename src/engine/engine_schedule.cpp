@@ -83,6 +83,7 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::take_aborts() {
   auto aborted = [&](const std::shared_ptr<Sequence>& s) {
     if (!abort_requested.count(s->id)) return false;
     s->out.finish_reason = FinishReason::kAbort;
+    collect_routing(*s);
     if (!s->blocks.empty()) cache->free(s->blocks);
     s->blocks.clear();
     live.erase(s->id);
@@ -289,6 +290,7 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
   finished.insert(finished.end(), completed.begin(), completed.end());
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& s : finished) {
+    collect_routing(*s);
     if (!s->blocks.empty()) cache->free(s->blocks);
     s->blocks.clear();
     live.erase(s->id);

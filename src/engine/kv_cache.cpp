@@ -8,13 +8,14 @@
 namespace furlong::engine {
 
 KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
-                 int64_t head_dim, const c10::TensorOptions& options)
+                 int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
-      options_(options) {
+      options_(options),
+      routing_top_k_(routing_top_k) {
   FURLONG_CHECK(block_size > 0, "kv cache: block size must be positive, got ", block_size);
   FURLONG_CHECK(num_blocks > 0, "kv cache: needs at least one block");
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -27,29 +28,32 @@ int64_t KvCache::bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t h
   return 2 * num_layers * kv_heads * head_dim * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
-// One [S, K, H] pool, uninitialized. On CPU a private anonymous mapping: its pages are
+// One [S, rows, cols] pool, uninitialized. On CPU a private anonymous mapping: its pages are
 // allocated (zeroed by the kernel) on first write, so unwritten capacity is not resident, and
 // no allocator cache can hand back pages another tensor already touched.
-at::Tensor KvCache::fresh_pool() const {
-  const std::vector<int64_t> shape{num_blocks_ * block_size_, kv_heads_, head_dim_};
-  if (!options_.device().is_cpu()) return at::empty(shape, options_);
+at::Tensor KvCache::fresh_pool(int64_t rows, int64_t cols,
+                               const c10::TensorOptions& options) const {
+  const std::vector<int64_t> shape{num_blocks_ * block_size_, rows, cols};
+  if (!options.device().is_cpu()) return at::empty(shape, options);
   const size_t bytes = static_cast<size_t>(shape[0] * shape[1] * shape[2]) *
-                       c10::elementSize(c10::typeMetaToScalarType(options_.dtype()));
+                       c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   FURLONG_CHECK(p != MAP_FAILED, "kv cache: cannot map ", bytes,
                 " bytes for a layer's pool; lower --max-total-tokens or --mem-fraction-static");
   return at::from_blob(
-      p, shape, [bytes](void* ptr) { munmap(ptr, bytes); }, options_);
+      p, shape, [bytes](void* ptr) { munmap(ptr, bytes); }, options);
 }
 
 void KvCache::rebuild() {
   k_.clear();
   v_.clear();
   for (int64_t l = 0; l < num_layers_; ++l) {
-    k_.push_back(fresh_pool());
-    v_.push_back(fresh_pool());
+    k_.push_back(fresh_pool(kv_heads_, head_dim_, options_));
+    v_.push_back(fresh_pool(kv_heads_, head_dim_, options_));
   }
+  if (routing_top_k_ > 0)
+    routing_ = fresh_pool(num_layers_, routing_top_k_, options_.dtype(at::kInt));
   released_ = false;
 }
 
@@ -58,6 +62,7 @@ void KvCache::release() {
                 "kv cache: cannot release memory while sequences hold blocks");
   k_.clear();
   v_.clear();
+  routing_ = at::Tensor();
   released_ = true;
 }
 
@@ -104,6 +109,7 @@ void KvCache::copy_slots(const at::Tensor& from, const at::Tensor& to) {
     k_[l].index_copy_(0, to, k_[l].index_select(0, from));
     v_[l].index_copy_(0, to, v_[l].index_select(0, from));
   }
+  if (routing_.defined()) routing_.index_copy_(0, to, routing_.index_select(0, from));
 }
 
 }  // namespace furlong::engine

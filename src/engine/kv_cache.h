@@ -8,6 +8,11 @@
 // share() adds one, free() drops one; a block is free again when its last reference goes, so
 // a shared block is counted once in num_free_blocks().
 //
+// Routing (EngineOptions::record_routed_experts): beside K and V, an int32 pool [S, L, K] of the
+// top-k expert ids every MoE layer chose for the token in each slot (SGLang's per-KV-slot host
+// buffer of routed experts), written by the forward that writes the slot's K/V. Slots shared
+// between sequences (prefix sharing) thus carry the routing recorded when they were filled.
+//
 // Memory: the pools are allocated uninitialized (never zero-filled); on CPU as fresh anonymous
 // pages, so capacity no sequence has written costs no resident memory. Readers only read slots
 // their sequence wrote (paged_forward.cpp pads its decode gather with the sequence's own slot 0).
@@ -24,12 +29,17 @@ namespace furlong::engine {
 
 class KvCache {
  public:
+  // routing_top_k > 0 adds the routing pool (num_layers x routing_top_k ids per slot).
   KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
-          int64_t head_dim, const c10::TensorOptions& options);
+          int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k = 0);
 
   // Bytes of K and V over all layers for one token slot.
   static int64_t bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t head_dim,
                                  c10::ScalarType dtype);
+  // Bytes of the routing pool for one token slot (int32 ids of every layer).
+  static int64_t routing_bytes_per_token(int64_t num_layers, int64_t top_k) {
+    return num_layers * top_k * 4;
+  }
 
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -52,11 +62,13 @@ class KvCache {
 
   // Slot index of every position 0..tokens-1 under a block table (int64 [tokens]).
   at::Tensor slots_for(const std::vector<int64_t>& blocks, int64_t tokens) const;
-  // Copies K and V of slots `from` to slots `to` in every layer (bit-exact).
+  // Copies K and V (and the routing) of slots `from` to slots `to` in every layer (bit-exact).
   void copy_slots(const at::Tensor& from, const at::Tensor& to);
 
   at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H], S = num_blocks * block_size
   at::Tensor& v(int64_t layer) { return v_[layer]; }
+  bool records_routing() const { return routing_top_k_ > 0; }
+  at::Tensor& routing() { return routing_; }  // int32 [S, L, K] (records_routing() only)
 
   // Frees the pools' memory (allocation state is kept; every block must be free).
   void release();
@@ -64,11 +76,13 @@ class KvCache {
   bool released() const { return released_; }
 
  private:
-  at::Tensor fresh_pool() const;
+  at::Tensor fresh_pool(int64_t rows, int64_t cols, const c10::TensorOptions& options) const;
 
   int64_t num_layers_, num_blocks_, block_size_, kv_heads_, head_dim_;
   c10::TensorOptions options_;
+  int64_t routing_top_k_ = 0;
   std::vector<at::Tensor> k_, v_;
+  at::Tensor routing_;
   std::vector<int64_t> free_;  // a stack: lowest block ids handed out first
   std::vector<int32_t> refs_;  // references per block (0 = free)
   bool released_ = false;

@@ -129,6 +129,20 @@ struct DecodeBatch {
   }
 };
 
+// Writes the expert ids `trace` recorded for the P packed tokens into the cache's routing pool
+// at their slots: int32 [P, L, K], -1 in the columns of dense layers.
+void store_routing(const models::CausalLM& model, KvCache& cache, const models::MoeTrace& trace,
+                   const at::Tensor& slots_P) {
+  auto& pool = cache.routing();
+  auto ids_PLK =
+      at::full({slots_P.size(0), pool.size(1), pool.size(2)}, -1, pool.options().dtype(at::kInt));
+  for (int64_t l = 0; l < model.num_layers() && l < static_cast<int64_t>(trace.recorded.size());
+       ++l) {
+    if (trace.recorded[l].defined()) ids_PLK.select(1, l).copy_(trace.recorded[l]);
+  }
+  pool.index_copy_(0, slots_P, ids_PLK);
+}
+
 }  // namespace
 
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
@@ -159,6 +173,10 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
   ctx.linear_override = kernels::inference_linear;
+  if (cache.records_routing()) {
+    ctx.moe = std::make_shared<models::MoeTrace>();
+    ctx.moe->record = true;
+  }
   const models::AttnImpl impl = options.attn;
   const bool in_place = impl != models::AttnImpl::kEager && x_PD.scalar_type() == at::kBFloat16 &&
                         x_PD.scalar_type() == cache.k(0).scalar_type() &&
@@ -198,6 +216,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   for (int64_t l = 0; l < model.num_layers(); ++l) {
     x_PD = model.block(l, weights[model.layer_unit(l)], x_PD, ctx);
   }
+  if (ctx.moe) store_routing(model, cache, *ctx.moe, slots_P);
   auto rows = at::tensor(last_rows, long_opts).to(device);
   return model.final_norm(weights[model.final_unit()], x_PD.index_select(0, rows), ctx);
 }

@@ -23,7 +23,9 @@ struct StepSequence {
 };
 
 // Writes the K/V of every new token into `cache` and returns the final hidden states (after
-// the final norm) of each sequence's last new token, [B, D] in the model's dtype.
+// the final norm) of each sequence's last new token, [B, D] in the model's dtype. When the
+// cache records routing, the new tokens' expert ids (-1 in dense layers) go into its routing
+// pool at the same slots.
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                          const std::vector<StepSequence>& seqs,
                          const models::ForwardOptions& options);

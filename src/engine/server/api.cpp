@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "engine/routed_experts_codec.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -266,10 +267,13 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
                       "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs",
                       "return_routed_experts", "return_indexer_topk"},
                      where);
-  require_value(body, "return_routed_experts", false, where, "is not served (dense models)");
   require_value(body, "return_indexer_topk", false, where, "is not served");
   GenerateCall call;
   parse_logprob_options(body, call, where);
+  as_bad_request([&] {
+    return call.return_routed_experts =
+               json_get_or<bool>(body, "return_routed_experts", false, where);
+  });
   as_bad_request([&] { return call.stream = json_get_or<bool>(body, "stream", false, where); });
   auto [prompts, batched] = generate_prompts(body, tokenizer);
   call.batched = batched;
@@ -297,6 +301,7 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
       GenerateItem item;
       item.request.input_ids = prompts[i];
       item.request.sampling = sample_sampling(params, j);
+      item.request.return_routed_experts = call.return_routed_experts;
       item.text = text;
       item.rid = n == 1 ? rids[i] : rids[i] + "-" + std::to_string(j);
       item.prompt_index = i;
@@ -385,6 +390,9 @@ Json generate_response(const GenerateCall& call, const GenerateItem& item,
     if (call.top_logprobs_num > 0) meta["output_top_logprobs"] = std::move(tops);
     add_input_logprobs(call, item, tokenizer, meta);
   }
+  // SGLang's form: base64 of int32 [prompt + output - 1, L, K] (the last token never ran).
+  if (call.return_routed_experts)
+    meta["routed_experts"] = routed_experts_to_sglang(output.routed_experts);
   return Json{{"text", output_text(item, output, tokenizer)},
               {"output_ids", output.output_ids},
               {"meta_info", std::move(meta)}};

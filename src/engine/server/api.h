@@ -82,6 +82,9 @@ struct GenerateCall {
   // input_token_logprobs for prompt positions s.. (position 0's log-prob is null).
   int64_t logprob_start_len = -1;
   int64_t top_logprobs_num = 0;  // alternatives per position (output and input)
+  // SGLang's return_routed_experts: meta_info.routed_experts of every output (MoE engines
+  // started with --enable-return-routed-experts; the engine rejects the request otherwise).
+  bool return_routed_experts = false;
   // Filled by the server when logprob_start_len >= 0: one per prompt.
   std::vector<Engine::PromptLogprobs> prompt_logprobs;
   std::vector<size_t> prompt_lengths;  // tokens of each prompt
@@ -95,7 +98,7 @@ struct GenerateCall {
 // Strict parse of SGLang's GenerateReqInput subset: text | input_ids (one or a batch),
 // sampling_params (an object, or a list with one per prompt; n samples each, prompt-major),
 // return_logprob, rid, stream (one prompt, n = 1), logprob_start_len, top_logprobs_num,
-// return_text_in_logprobs, and miles' return_routed_experts / return_indexer_topk (false only).
+// return_text_in_logprobs, return_routed_experts, and miles' return_indexer_topk (false only).
 // `next_rid` names prompts that come without a rid.
 GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokenizer,
                             const ModelLimits& limits,
@@ -107,7 +110,8 @@ std::string output_text(const GenerateItem& item, const GenerateOutput& output,
 // SGLang's response object: {text, output_ids, meta_info{id, finish_reason{type, matched|length},
 // prompt_tokens, completion_tokens, cached_tokens, weight_version, e2e_latency,
 // output_token_logprobs: [[logprob, id, text|null], ...], output_top_logprobs,
-// input_token_logprobs, input_top_logprobs when asked}}.
+// input_token_logprobs, input_top_logprobs, routed_experts (base64 of int32
+// [prompt + output - 1, L, K], engine/routed_experts_codec.h) when asked}}.
 Json generate_response(const GenerateCall& call, const GenerateItem& item,
                        const GenerateOutput& output, const tokenizer::Tokenizer& tokenizer,
                        double latency_s);

@@ -70,6 +70,9 @@ GenerateResult parse_generate_result(const Json& response) {
     for (const auto& entry : meta["output_token_logprobs"])
       r.output_logprobs.push_back(entry.at(0).get<float>());
   }
+  if (meta.contains("routed_experts") && !meta["routed_experts"].is_null()) {
+    r.routed_experts_base64 = json_get<std::string>(meta, "routed_experts", where);
+  }
   return r;
 }
 
@@ -212,11 +215,12 @@ Json EngineClient::generate(const Json& payload) const {
 
 GenerateResult EngineClient::generate(const std::vector<int64_t>& input_ids,
                                       const Json& sampling_params, bool return_logprob,
-                                      const std::string& rid) const {
+                                      const std::string& rid, bool return_routed_experts) const {
   Json payload = {{"input_ids", input_ids},
                   {"sampling_params", sampling_params},
                   {"return_logprob", return_logprob}};
   if (!rid.empty()) payload["rid"] = rid;
+  if (return_routed_experts) payload["return_routed_experts"] = true;
   return parse_generate_result(generate(payload));
 }
 

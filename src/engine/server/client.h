@@ -53,6 +53,9 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
   int64_t weight_version = 0;
   std::string rid;
+  // meta_info.routed_experts when the request asked for it: SGLang's base64 of int32
+  // [prompt + output - 1, L, K] (engine/routed_experts_codec.h decodes it); empty otherwise.
+  std::string routed_experts_base64;
   Json raw;  // the whole response object
 };
 GenerateResult parse_generate_result(const Json& response);
@@ -78,7 +81,8 @@ class EngineClient {
   // ---- generation ----
   Json generate(const Json& payload) const;  // the raw SGLang payload and answer
   GenerateResult generate(const std::vector<int64_t>& input_ids, const Json& sampling_params,
-                          bool return_logprob = true, const std::string& rid = "") const;
+                          bool return_logprob = true, const std::string& rid = "",
+                          bool return_routed_experts = false) const;
   // POST /generate with "stream": true (one prompt): on_event gets each server-sent event (the
   // output so far, finish_reason null until the last); returns the last (final) object.
   Json generate_stream(Json payload, const std::function<void(const Json&)>& on_event) const;
