@@ -43,7 +43,10 @@ What it does (furlong's flags and defaults in brackets):
 Outputs (rank 0 writes; every rank takes part in the collectives):
   OUT/losses.json            [{"loss": ..., "grad_norm": ...}] per optimizer step
   OUT/reference.safetensors  the full parameters after the last step (DTensor.full_tensor()),
-                             under their HF names
+                             under their HF names (for Qwen3-MoE, the on-disk per-expert names:
+                             transformers' fused in-memory experts.gate_up_proj [E, 2F, D] and
+                             experts.down_proj [E, D, F], which fully_shard shards along E like
+                             any parameter, are split into experts.<e>.{gate,up,down}_proj.weight)
 
 Gradient reduction (torch 2.13.0+cpu): FSDP2 reduce-scatters with op=AVG over dp_shard and, for
 HSDP, all-reduces with op=AVG over dp_replicate. On Gloo both averages are correct in this
@@ -139,6 +142,24 @@ def micro_batch_loss(model, rows, torch, per_token=False):
     return (per_row / torch.tensor(lengths, dtype=torch.float32)).sum()
 
 
+def per_expert_names(full):
+    """Qwen3-MoE: transformers' fused expert tensors under the on-disk per-expert names."""
+    out = {}
+    for name, t in full.items():
+        if name.endswith("mlp.experts.gate_up_proj"):  # [E, 2F, D]: gate rows, then up rows
+            prefix, F = name[: -len("gate_up_proj")], t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = t[e, :F].contiguous()
+                out[f"{prefix}{e}.up_proj.weight"] = t[e, F:].contiguous()
+        elif name.endswith("mlp.experts.down_proj"):  # [E, D, F]
+            prefix = name[: -len("down_proj")]
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.down_proj.weight"] = t[e].contiguous()
+        else:
+            out[name] = t
+    return out
+
+
 def build_model(args, world, torch):
     """The HF model, fully_shard'ed per decoder layer and at the root over the (HSDP) mesh."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -204,7 +225,8 @@ def main(argv):
         count = total[1].item() if per_token else gbs
         history.append({"loss": total[0].item() / count, "grad_norm": grad_norm.item()})
 
-    full = {n: p.detach().full_tensor().contiguous() for n, p in zip(names, params)}
+    full = per_expert_names(
+        {n: p.detach().full_tensor().contiguous() for n, p in zip(names, params)})
     if rank == 0:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
