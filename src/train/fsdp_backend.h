@@ -57,6 +57,12 @@ class FsdpBackend : public TrainBackend {
   int64_t global_step() const { return global_step_; }
   bool asleep() const { return asleep_; }
 
+  // Forward-only log-probs (at the rollout temperature) of every given sample's response, on
+  // this rank alone, in micro-batches of --micro-batch-size, with the routing of the old-policy
+  // pass: R3 replays the samples' routed_experts, otherwise free routing. Tools and tests
+  // compare these with the engines' log-probs. Collective (FSDP gathers): every rank calls it.
+  std::vector<at::Tensor> score(const std::vector<rl::Sample>& samples);
+
   // Test hook (MoE models): called with the pass ("log_probs", "train_forward" after a
   // training forward, "train_backward" after its backward, where a checkpointed block's
   // recomputation has re-recorded), the micro-batch's local sample indices and its trace,

@@ -111,6 +111,29 @@ std::vector<at::Tensor> FsdpBackend::prepare_routing(const std::vector<const rl:
   return routing;
 }
 
+std::vector<at::Tensor> FsdpBackend::score(const std::vector<rl::Sample>& samples) {
+  std::vector<const rl::Sample*> local;
+  BatchPlan plan(1);
+  const auto mbs = static_cast<size_t>(options_.batch.micro_batch_size);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    local.push_back(&samples[i]);
+    if (i % mbs == 0) plan[0].emplace_back();
+    plan[0].back().push_back(i);
+  }
+  if (!(routing_replay() && options_.moe.use_rollout_routing_replay)) {
+    // Free routing; recorded (and discarded) only so that a test observer sees it.
+    std::vector<at::Tensor> unused;
+    return score_samples(*model_, local, plan, nullptr,
+                         moe_model() && moe_observer_ ? &unused : nullptr);
+  }
+  const auto& c = model_->model().config();
+  std::vector<at::Tensor> routing;
+  for (const auto* s : local) {
+    routing.push_back(rollout_routing_TLK(*s, c.num_hidden_layers, c.moe.experts_per_token));
+  }
+  return score_samples(*model_, local, plan, &routing);
+}
+
 void FsdpBackend::add_moe_loss_and_metrics(const models::MoeTrace& trace, double weight,
                                            at::Tensor& loss, std::map<std::string, double>& sums) {
   const auto& moe = model_->model().config().moe;
