@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/prompt_dataset.h"
+#include "engine/routed_experts_codec.h"
 #include "metrics/metrics.h"
 #include "reward/rewards.h"
 #include "tokenizer/jinja/chat_template.h"
@@ -53,10 +54,17 @@ std::vector<std::pair<std::string, std::string>> eval_sets(const std::vector<std
 }
 
 Json sample_to_json(const rl::Sample& s) {
-  return {{"i", s.index},           {"g", s.group_index},  {"t", s.tokens},
-          {"r", s.response_length}, {"m", s.loss_mask},    {"lp", s.rollout_log_probs},
-          {"rw", s.reward},         {"raw", s.raw_reward}, {"s", static_cast<int>(s.status)},
-          {"rm", s.remove}};
+  Json j = {{"i", s.index},           {"g", s.group_index},  {"t", s.tokens},
+            {"r", s.response_length}, {"m", s.loss_mask},    {"lp", s.rollout_log_probs},
+            {"rw", s.reward},         {"raw", s.raw_reward}, {"s", static_cast<int>(s.status)},
+            {"rm", s.remove}};
+  // R3: the engine's expert ids, every row (the last one's -1 too), as base64 of the int32s.
+  if (const auto& r = s.routed_experts; !r.empty()) {
+    j["re"] = {{"layers", r.num_layers},
+               {"top_k", r.top_k},
+               {"ids", engine::base64_encode(r.ids.data(), r.ids.size() * sizeof(int32_t))}};
+  }
+  return j;
 }
 
 rl::Sample sample_from_json(const Json& j) {
@@ -71,6 +79,14 @@ rl::Sample sample_from_json(const Json& j) {
   s.raw_reward = j["raw"].get<double>();
   s.status = static_cast<rl::SampleStatus>(j["s"].get<int>());
   s.remove = j["rm"].get<bool>();
+  if (j.contains("re")) {
+    const auto& r = j["re"];
+    s.routed_experts.num_layers = r["layers"].get<int64_t>();
+    s.routed_experts.top_k = r["top_k"].get<int64_t>();
+    const auto bytes = engine::base64_decode(r["ids"].get<std::string>(), "routed experts");
+    s.routed_experts.ids.resize(bytes.size() / sizeof(int32_t));
+    std::memcpy(s.routed_experts.ids.data(), bytes.data(), bytes.size());
+  }
   return s;
 }
 
