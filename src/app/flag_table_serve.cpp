@@ -11,6 +11,10 @@ void register_flags(config::FlagSet& f, ServeOptions& o) {
   f.add("served-model-name", &o.served_model_name,
         "the model name OpenAI endpoints report (default: the checkpoint path)");
   add_engine_flags(f, o.engine);
+  f.add("enable-return-routed-experts", &o.engine.record_routed_experts,
+        "MoE models: record every token's top-k expert ids per layer (L * K * 4 bytes per KV "
+        "slot) so that /generate can answer return_routed_experts (rollout routing replay), as "
+        "SGLang's flag");
   f.set_group("Server");
   f.add("host", &o.host, "address to listen on (loopback by default; others need care)");
   f.add("port", &o.port, "TCP port (0 = any free port; the chosen one is printed)");

@@ -9,7 +9,8 @@
 // with all its sampling fields, so the serving engine sees exactly what rank 0 built), each
 // rank runs its share to the end on its own engine, and the outputs come back to rank 0 by one
 // gather, in submission order. The other ranks wait for such messages in generation_phase until
-// rank 0 sends "end".
+// rank 0 sends "end". With --use-rollout-routing-replay every engine records routed experts
+// and the outputs carry them across ranks (base64 of the int32 ids, every row).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -23,6 +24,7 @@
 #include "core/log.h"
 #include "dist/process_group.h"
 #include "engine/kv_budget.h"
+#include "engine/routed_experts_codec.h"
 #include "models/causal_lm.h"
 #include "train/engine_layout.h"
 #include "train/rollout_engines.h"
@@ -93,6 +95,11 @@ Json output_to_json(const engine::GenerateOutput& o) {
             {"version", o.weight_version},
             {"error", o.error}};
   if (o.matched_stop_token) j["stop_id"] = *o.matched_stop_token;
+  if (const auto& r = o.routed_experts; !r.empty()) {  // every row (the last one too)
+    j["routed"] = {{"layers", r.num_layers},
+                   {"top_k", r.top_k},
+                   {"ids", engine::base64_encode(r.ids.data(), r.ids.size() * sizeof(int32_t))}};
+  }
   return j;
 }
 
@@ -107,6 +114,14 @@ engine::GenerateOutput output_from_json(const Json& j) {
   o.weight_version = j.at("version").get<int64_t>();
   o.error = j.at("error").get<std::string>();
   if (j.contains("stop_id")) o.matched_stop_token = j.at("stop_id").get<int64_t>();
+  if (j.contains("routed")) {
+    const auto& r = j.at("routed");
+    o.routed_experts.num_layers = r.at("layers").get<int64_t>();
+    o.routed_experts.top_k = r.at("top_k").get<int64_t>();
+    const auto bytes = engine::base64_decode(r.at("ids").get<std::string>(), "routed experts");
+    o.routed_experts.ids.resize(bytes.size() / sizeof(int32_t));
+    std::memcpy(o.routed_experts.ids.data(), bytes.data(), bytes.size());
+  }
   return o;
 }
 
@@ -140,6 +155,7 @@ class ColocatedEngines : public RolloutEngines {
       eo.max_prefill_tokens = options.rollout.engine_max_prefill_tokens;
       eo.context_length = options.rollout.engine_context_length;
       eo.prefix_sharing = !options.rollout.engine_disable_radix_cache;
+      eo.record_routed_experts = options.moe.use_rollout_routing_replay;
       eo.dtype = rl_engine_dtype(options.precision, eo.device);  // the trainer's
       share_host_memory(eo, groups);
       engine_ = engine::Engine::load(options.model.hf_checkpoint, eo);
@@ -177,8 +193,9 @@ class ColocatedEngines : public RolloutEngines {
     for (const auto& requests : pending_) {
       Json mine = Json::array();
       for (const auto& p : requests) {
-        mine.push_back(
-            {{"ids", p.request.input_ids}, {"sampling", sampling_to_json(p.request.sampling)}});
+        mine.push_back({{"ids", p.request.input_ids},
+                        {"sampling", sampling_to_json(p.request.sampling)},
+                        {"routed", p.request.return_routed_experts}});
       }
       work.push_back(std::move(mine));
     }
@@ -352,7 +369,8 @@ class ColocatedEngines : public RolloutEngines {
       for (size_t i = 0; i < requests.size(); ++i) {
         engine::GenerateRequest request{
             .input_ids = requests[i].at("ids").get<std::vector<int64_t>>(),
-            .sampling = sampling_from_json(requests[i].at("sampling"))};
+            .sampling = sampling_from_json(requests[i].at("sampling")),
+            .return_routed_experts = requests[i].at("routed").get<bool>()};
         engine_->submit(std::move(request), [&, i](engine::RequestId, engine::GenerateOutput out) {
           std::lock_guard<std::mutex> lock(mu);
           outputs[i] = std::move(out);

@@ -6,6 +6,10 @@
 // it through /update_weights_from_distributed. The group's rendezvous is on this host, at the
 // address engines on other hosts reach it by (weight_sync_address()); a spawned server gets a
 // CUDA device of its own where there are enough (engine_device()).
+// With --use-rollout-routing-replay, spawned servers run with --enable-return-routed-experts
+// (servers given by URL must be started so), every request asks for return_routed_experts, and
+// SGLang's meta_info.routed_experts (base64 int32 [prompt + output - 1, L, K], L and K from the
+// checkpoint's config.json) is decoded with the last row of -1 appended.
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -29,9 +33,11 @@
 #include "dist/launch_env.h"
 #include "dist/launcher.h"
 #include "dist/net_addr.h"
+#include "engine/routed_experts_codec.h"
 #include "engine/server/client.h"
 #include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
+#include "models/hf_model.h"
 #include "train/engine_layout.h"
 #include "train/rollout_engines.h"
 
@@ -111,6 +117,7 @@ class ServerProcess {
       c.argv.push_back(std::to_string(value));
     }
     if (o.rollout.engine_disable_radix_cache) c.argv.push_back("--no-prefix-sharing");
+    if (o.moe.use_rollout_routing_replay) c.argv.push_back("--enable-return-routed-experts");
     // The server is not a training rank: it must not see the trainer's rendezvous variables.
     static const std::vector<std::string> kDrop = {
         "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -148,6 +155,12 @@ class RemoteEngines : public RolloutEngines {
  public:
   RemoteEngines(const TrainOptions& options, int rank) : options_(options) {
     if (rank != 0) return;
+    if (options.moe.use_rollout_routing_replay) {
+      const Json config = models::read_hf_config(options.model.hf_checkpoint);
+      const std::string where = options.model.hf_checkpoint + "/config.json";
+      routing_layers_ = json_get<int64_t>(config, "num_hidden_layers", where);
+      routing_top_k_ = json_get<int64_t>(config, "num_experts_per_tok", where);
+    }
     auto urls = options.rollout.rollout_engine_urls;
     if (urls.empty()) {
       // --rollout-num-gpus / --rollout-num-gpus-per-engine when given (train/engine_layout.h)
@@ -427,8 +440,17 @@ class RemoteEngines : public RolloutEngines {
     engine::GenerateOutput out;
     out.prompt_tokens = static_cast<int64_t>(request.input_ids.size());
     try {
-      auto r =
-          client.generate(request.input_ids, engine::sampling_params_json(request.sampling), true);
+      auto r = client.generate(request.input_ids, engine::sampling_params_json(request.sampling),
+                               true, "", request.return_routed_experts);
+      if (request.return_routed_experts) {
+        const auto tokens = static_cast<int64_t>(request.input_ids.size() + r.output_ids.size());
+        FURLONG_CHECK(!r.routed_experts_base64.empty() || tokens <= 1, "engine ", client.base_url(),
+                      " returned no meta_info.routed_experts; start it with ",
+                      "--enable-return-routed-experts (furlong serve and SGLang)");
+        out.routed_experts =
+            engine::routed_experts_from_sglang(r.routed_experts_base64, tokens, routing_layers_,
+                                               routing_top_k_, client.base_url() + " /generate");
+      }
       out.output_ids = r.output_ids;
       out.output_logprobs = r.output_logprobs;
       out.finish_reason = parse_finish(r.finish_reason);
@@ -500,6 +522,8 @@ class RemoteEngines : public RolloutEngines {
   }
 
   const TrainOptions& options_;
+  // --use-rollout-routing-replay: the layers and top-k of SGLang's routed-experts buffer.
+  int64_t routing_layers_ = 0, routing_top_k_ = 0;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::vector<std::unique_ptr<EngineClient>> clients_;
   std::unique_ptr<dist::ProcessGroups> group_;

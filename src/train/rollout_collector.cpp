@@ -59,6 +59,24 @@ double binomial_ratio(int64_t n, int64_t c, int64_t k) {
   return r;
 }
 
+// The engine's expert ids of prompt + response into the sample (rows = sample.tokens.size(),
+// which append_response has just extended by the whole output). A request that never reached
+// an engine (aborted) has none; one that ran and has none is an error.
+void take_routed_experts(rl::Sample& sample, engine::GenerateOutput&& out, bool requested) {
+  if (!requested) return;
+  auto& r = out.routed_experts;
+  if (r.empty()) {
+    FURLONG_CHECK(out.finish_reason == engine::FinishReason::kAbort, "sample ", sample.index,
+                  ": --use-rollout-routing-replay asked the engine for routed experts and it "
+                  "returned none");
+    return;
+  }
+  FURLONG_CHECK(r.num_tokens() == static_cast<int64_t>(sample.tokens.size()), "sample ",
+                sample.index, ": the engine returned routed experts for ", r.num_tokens(),
+                " tokens, but the sample has ", sample.tokens.size(), " (prompt + response)");
+  sample.routed_experts = std::move(r);
+}
+
 }  // namespace
 
 std::map<int64_t, double> pass_at_k(const std::vector<std::vector<double>>& group_rewards) {
@@ -106,7 +124,7 @@ engine::SamplingParams RolloutCollector::sampling_params(bool eval) const {
 
 void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> groups,
                                        const engine::SamplingParams& params,
-                                       const GroupConsumer& consume) {
+                                       const GroupConsumer& consume, bool routed_experts) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int64_t> remaining(groups.size());
@@ -138,7 +156,8 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
         if (--remaining[gi] == 0) finish_group(gi);
         continue;
       }
-      engine::GenerateRequest request{.input_ids = sample.tokens, .sampling = params};
+      engine::GenerateRequest request{
+          .input_ids = sample.tokens, .sampling = params, .return_routed_experts = routed_experts};
       request.sampling.max_new_tokens = budget;
       // Per-sample seed from the run seed and the sample's running index: the same sample gets
       // the same tokens in a rerun, whatever else shares the engine's batch.
@@ -162,6 +181,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
               .text = decode_text(out.output_ids)};
           data::append_response(*target, response, budget);
           target->metadata["weight_version"] = out.weight_version;
+          take_routed_experts(*target, std::move(out), routed_experts);
         } catch (const std::exception& e) {
           if (callback_error.empty()) callback_error = e.what();
         }
@@ -213,20 +233,24 @@ RolloutResult RolloutCollector::collect() {
   std::map<std::string, double> metrics;
   int64_t generated_groups = 0, zero_std_groups = 0;
   const auto params = sampling_params(/*eval=*/false);
+  const bool routed = options_.moe.use_rollout_routing_replay;
   while (!collector.done()) {
-    generate_groups(source_.next_groups(per_refill), params, [&](std::vector<rl::Sample>&& group) {
-      ++generated_groups;
-      std::vector<rl::Sample*> ptrs;
-      for (auto& s : group) ptrs.push_back(&s);
-      reward_(ptrs);
-      if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
-        ++zero_std_groups;
-        metrics["rollout/zero_std/count_" + data::rounded_reward_text(group.front().raw_reward)] +=
-            1;
-      }
-      collector.offer(std::move(group));
-      return collector.done();
-    });
+    generate_groups(
+        source_.next_groups(per_refill), params,
+        [&](std::vector<rl::Sample>&& group) {
+          ++generated_groups;
+          std::vector<rl::Sample*> ptrs;
+          for (auto& s : group) ptrs.push_back(&s);
+          reward_(ptrs);
+          if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
+            ++zero_std_groups;
+            metrics["rollout/zero_std/count_" +
+                    data::rounded_reward_text(group.front().raw_reward)] += 1;
+          }
+          collector.offer(std::move(group));
+          return collector.done();
+        },
+        routed);
     FURLONG_CHECK(collector.done() || generated_groups < 100 * target + 1000,
                   "dynamic sampling kept only ", collector.num_kept(), " of ", target,
                   " groups after ", generated_groups,

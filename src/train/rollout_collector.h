@@ -54,9 +54,13 @@ class RolloutCollector {
   using GroupConsumer = std::function<bool(std::vector<rl::Sample>&&)>;
   // Generates every sample of `groups` at once (whole groups split over the engines), handing
   // each group to `consume` (on this thread) as soon as all its samples are done: in completion
-  // order on one engine, in group order on several (independent of timing).
+  // order on one engine, in group order on several (independent of timing). With
+  // `routed_experts` (--use-rollout-routing-replay, training rollouts) every request asks for
+  // the engine's expert ids and each sample gets them in rl::Sample::routed_experts (one row per
+  // prompt + response token).
   void generate_groups(std::vector<std::vector<rl::Sample>> groups,
-                       const engine::SamplingParams& params, const GroupConsumer& consume);
+                       const engine::SamplingParams& params, const GroupConsumer& consume,
+                       bool routed_experts = false);
   engine::SamplingParams sampling_params(bool eval) const;
   std::string decode_text(const std::vector<int64_t>& ids) const;
 

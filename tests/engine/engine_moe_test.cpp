@@ -25,9 +25,15 @@
 #include <cmath>
 #include <set>
 
+#include <thread>
+
 #include "common/test_util.h"
 #include "common/tolerances.h"
 #include "core/files.h"
+#include "data/prompt_dataset.h"
+#include "data/sample_builder.h"
+#include "dist/launcher.h"
+#include "dist/process_group.h"
 #include "engine/routed_experts_codec.h"
 #include "engine/server/backend.h"
 #include "engine/server/client.h"
@@ -35,6 +41,10 @@
 #include "engine_test_util.h"
 #include "models/hf_model.h"
 #include "models/logprobs.h"
+#include "rl/sample.h"
+#include "tokenizer/tokenizer.h"
+#include "train/rollout_collector.h"
+#include "train/rollout_engines.h"
 
 namespace furlong::engine {
 namespace {
@@ -430,6 +440,108 @@ TEST(EngineMoe, GenerateOverHttpReturnsSglangsRoutedExperts) {
   EXPECT_EQ(raw.status, 400);
   EXPECT_NE(raw.body.find("--enable-return-routed-experts"), std::string::npos) << raw.body;
   bare_http.stop();
+}
+
+// ---- rollout collection (--use-rollout-routing-replay) ----
+
+// A greedy rollout of every oracle prompt x 2 samples through `engines`: each sample carries
+// the engine's routing of prompt + response (rows = tokens), equal to transformers'.
+train::TrainOptions rollout_options(const MoeCase& c) {
+  train::TrainOptions o;
+  o.model.hf_checkpoint = model_dir(c);
+  o.moe.use_rollout_routing_replay = true;
+  o.precision.compute_dtype = "float32";  // the colocated engines' dtype
+  o.data.rollout_batch_size = static_cast<int64_t>(moe_prompts().size());
+  o.data.n_samples_per_prompt = 2;
+  o.rollout.rollout_temperature = 0.0;
+  o.rollout.rollout_max_response_len = kMaxNew;
+  o.rollout.engine_max_total_tokens = 4096;
+  return o;
+}
+
+std::vector<rl::Sample> collect_rollout(const train::TrainOptions& o,
+                                        train::RolloutEngines& engines) {
+  std::vector<data::Prompt> prompts;
+  for (size_t i = 0; i < moe_prompts().size(); ++i) {
+    data::Prompt p;
+    p.where = "test:" + std::to_string(i);
+    p.ids = moe_prompts()[i];
+    prompts.push_back(p);
+  }
+  data::PromptDataset dataset(prompts, /*shuffle=*/false, 1);
+  data::RolloutDataSource source(dataset, o.data.n_samples_per_prompt);
+  const auto tok = tokenizer::Tokenizer::from_directory(o.model.hf_checkpoint);
+  train::RolloutCollector collector(o, engines, source, tok, [](std::vector<rl::Sample*>& s) {
+    for (auto* sample : s) sample->raw_reward = 0;
+  });
+  return collector.collect().samples;
+}
+
+void expect_rollout_routing(const MoeCase& c, const std::vector<rl::Sample>& samples) {
+  Json oracle = read_json_file(oracle_dir() / c.name / "outputs.json");
+  auto engine = Engine::load(model_dir(c), small_engine_options());  // for the config
+  ASSERT_EQ(samples.size(), moe_prompts().size() * 2);
+  RoutingAgreement agreement;
+  for (const auto& s : samples) {
+    rl::validate_sample(s, "sample " + std::to_string(s.index));
+    const auto i = static_cast<size_t>(s.group_index);
+    ASSERT_EQ(s.routed_experts.num_tokens(), static_cast<int64_t>(s.tokens.size()));
+    GenerateOutput out;  // the sample's response and routing as compare_routing reads them
+    out.output_ids.assign(s.tokens.begin() + s.prompt_length(), s.tokens.end());
+    EXPECT_EQ(out.output_ids, oracle["outputs"][i].get<std::vector<int64_t>>());
+    out.routed_experts = s.routed_experts;
+    agreement += compare_routing(oracle, i, out, engine->model().config());
+  }
+  EXPECT_EQ(agreement.decisive_mismatches, 0) << "of " << agreement.decisive << " choices";
+  EXPECT_GT(agreement.decisive, 9 * agreement.near_ties);
+}
+
+// Engine servers (here one in process): the remote client asks /generate for
+// return_routed_experts and decodes SGLang's base64 [len-1, L, K], adding the -1 row.
+TEST(MoeRollout, RemoteEnginesFillTheSamplesRoutedExperts) {
+  const auto& c = moe_cases()[0];
+  std::shared_ptr<Engine> engine = Engine::load(model_dir(c), recording_options());
+  server::ServerOptions so;
+  so.port = 0;
+  server::EngineServer http(server::make_engine_backend(engine, model_dir(c)), so);
+  http.start();
+  auto o = rollout_options(c);
+  o.rollout.rollout_engine_urls = {http.url()};
+  auto engines = train::make_remote_engines(o, 0);
+  expect_rollout_routing(c, collect_rollout(o, *engines));
+  engines.reset();
+  http.stop();
+}
+
+// Colocated engines on two ranks (threads of this process): rank 1's engine serves half the
+// groups, and its outputs' routing travels to rank 0 in the gathered JSON.
+TEST(MoeRollout, ColocatedEnginesCarryRoutedExpertsAcrossRanks) {
+  const auto& c = moe_cases()[0];
+  auto o = rollout_options(c);
+  o.rollout.colocate = true;
+  o.rollout.rollout_num_gpus_per_engine = 1;
+  dist::RendezvousInfo info;
+  info.world_size = info.local_world_size = 2;
+  info.master_port = dist::pick_free_port("127.0.0.1");
+  std::vector<rl::Sample> samples;
+  int64_t engines_seen = 0;
+  auto rank_main = [&](int rank) {
+    auto mine = info;
+    mine.rank = mine.local_rank = rank;
+    dist::InitOptions init;
+    init.backend = dist::Backend::kGloo;
+    auto groups = dist::ProcessGroups::init(mine, init);
+    auto engines = train::make_colocated_engines(o, *groups);
+    engines->generation_phase(rank == 0, [&] {
+      engines_seen = engines->num_engines();
+      samples = collect_rollout(o, *engines);
+    });
+  };
+  std::thread peer(rank_main, 1);
+  rank_main(0);
+  peer.join();
+  EXPECT_EQ(engines_seen, 2);
+  expect_rollout_routing(c, samples);
 }
 
 }  // namespace
