@@ -60,12 +60,12 @@ void validate_options(const TrainOptions& o, int world_size) {
   FURLONG_CHECK(o.data.n_samples_per_prompt >= 1, "--n-samples-per-prompt must be at least 1");
   FURLONG_CHECK(o.moe.moe_aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0, got ",
                 o.moe.moe_aux_loss_coeff);
-  FURLONG_CHECK(!(o.moe.use_routing_replay || o.moe.use_rollout_routing_replay) ||
-                    o.batch.loss_type == LossType::kPolicyLoss,
-                o.moe.use_rollout_routing_replay ? "--use-rollout-routing-replay"
-                                                 : "--use-routing-replay",
-                " needs --loss-type policy_loss: routing replay reuses the routing of a rollout "
-                "(the engines' for R3, the old-policy log-prob pass's for R2), which SFT has not");
+  FURLONG_CHECK(
+      !(o.moe.use_routing_replay || o.moe.use_rollout_routing_replay) ||
+          o.batch.loss_type == LossType::kPolicyLoss,
+      o.moe.use_rollout_routing_replay ? "--use-rollout-routing-replay" : "--use-routing-replay",
+      " needs --loss-type policy_loss: routing replay reuses the routing of a rollout "
+      "(the engines' for R3, the old-policy log-prob pass's for R2), which SFT has not");
 }
 
 // The RL flags' rules (miles' appendix); errors say what to change.

@@ -75,7 +75,9 @@ const Fixture& fixture() {
   return f;
 }
 
-fs::path replay_worker() { return binary_dir() / "tests" / "train" / "moe_replay_worker"; }
+fs::path replay_worker() {
+  return binary_dir() / "tests" / "train" / "moe_replay_worker";
+}
 
 // Runs the worker on `ranks` ranks (0: one plain process) and returns each rank's JSON.
 std::vector<Json> run_worker(int ranks, const std::string& name, std::vector<std::string> args,
@@ -116,8 +118,9 @@ void expect_exact_replay(const std::vector<Json>& ranks, bool r3) {
     // The perturbation must matter (else the test could not fail), but not everywhere.
     EXPECT_GT(free_differ, 0) << "the perturbed routers route every token as recorded";
     EXPECT_LT(free_differ, free_rows);
-    std::printf("free routing of the perturbed trainer differs in %lld of %lld token x layer rows\n",
-                static_cast<long long>(free_differ), static_cast<long long>(free_rows));
+    std::printf(
+        "free routing of the perturbed trainer differs in %lld of %lld token x layer rows\n",
+        static_cast<long long>(free_differ), static_cast<long long>(free_rows));
   }
   for (const char* pass : {"log_probs", "train_forward", "train_backward"}) {
     auto [rows, differ] = pass_totals(ranks, pass);
@@ -129,9 +132,18 @@ void expect_exact_replay(const std::vector<Json>& ranks, bool r3) {
 
 std::vector<std::string> replay_args(const std::string& mode) {
   const auto& f = fixture();
-  return {"--model",           f.perturbed.string(), "--routing-model", f.model.string(),
-          "--replay",          mode,                 "--micro-batch-size", "2",
-          "--global-batch-size", "8",                "--samples",       "16",
+  return {"--model",
+          f.perturbed.string(),
+          "--routing-model",
+          f.model.string(),
+          "--replay",
+          mode,
+          "--micro-batch-size",
+          "2",
+          "--global-batch-size",
+          "8",
+          "--samples",
+          "16",
           "--gradient-checkpointing"};
 }
 
@@ -153,16 +165,16 @@ TEST(MoeReplay, R2ReplaysTheOldPolicyPassInTraining) {
 // above miles' 1%: the run stops naming the check.
 TEST(MoeReplay, CiTestChecksTheReplayedRouting) {
   const auto& f = fixture();
-  auto ranks = run_worker(0, "ci", {"--model", f.model.string(), "--routing-model",
-                                    f.model.string(), "--replay", "r3", "--ci-test",
-                                    "--samples", "8"});
+  auto ranks = run_worker(0, "ci",
+                          {"--model", f.model.string(), "--routing-model", f.model.string(),
+                           "--replay", "r3", "--ci-test", "--samples", "8"});
   const auto& last = ranks[0]["steps"].back();
   ASSERT_TRUE(last.contains("ci/r3_mismatch_fraction")) << last.dump();
   EXPECT_EQ(last["ci/r3_mismatch_fraction"].get<double>(), 0.0);
   testing::RunResult r;
   run_worker(0, "ci_perturbed",
-             {"--model", f.other.string(), "--routing-model", f.model.string(), "--replay",
-              "r3", "--ci-test", "--samples", "8"},
+             {"--model", f.other.string(), "--routing-model", f.model.string(), "--replay", "r3",
+              "--ci-test", "--samples", "8"},
              &r);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--ci-test routing replay check"), std::string::npos) << r.output;
@@ -175,9 +187,9 @@ TEST(MoeAuxLoss, AddsCoeffTimesTheLoadBalancingLoss) {
   const auto& f = fixture();
   auto run = [&](const std::string& name, double coeff) {
     return run_worker(0, name,
-                      {"--model", f.model.string(), "--replay", "none", "--micro-batch-size",
-                       "16", "--global-batch-size", "16", "--samples", "16",
-                       "--moe-aux-loss-coeff", std::to_string(coeff)})[0];
+                      {"--model", f.model.string(), "--replay", "none", "--micro-batch-size", "16",
+                       "--global-batch-size", "16", "--samples", "16", "--moe-aux-loss-coeff",
+                       std::to_string(coeff)})[0];
   };
   auto off = run("aux_off", 0.0), on = run("aux_on", 0.5);
   const auto &s0 = off["steps"][0], s1 = on["steps"][0];
@@ -209,8 +221,7 @@ TEST(MoeFlags, DenseModelsRefuseThem) {
            {{"--replay", "r3"}, "--use-rollout-routing-replay"},
            {{"--replay", "r2"}, "--use-routing-replay"},
            {{"--replay", "none", "--moe-aux-loss-coeff", "0.01"}, "--moe-aux-loss-coeff"}}) {
-    std::vector<std::string> args{"--model", f.dense.string(), "--routing-model",
-                                  f.model.string()};
+    std::vector<std::string> args{"--model", f.dense.string(), "--routing-model", f.model.string()};
     args.insert(args.end(), flags.begin(), flags.end());
     testing::RunResult r;
     run_worker(0, "dense_out", args, &r);
@@ -259,14 +270,15 @@ TEST(MoeReplay, TrainerVsEngineLogProbsInBf16) {
   for (const auto& [key, row] : t.items()) {
     auto slash = key.find('/');
     std::printf("| %s | %s | %.3g | %.3g | %lld |\n", key.substr(0, slash).c_str(),
-                key.substr(slash + 1).c_str(), row["mean"].get<double>(),
-                row["max"].get<double>(), static_cast<long long>(row["tokens"].get<int64_t>()));
+                key.substr(slash + 1).c_str(), row["mean"].get<double>(), row["max"].get<double>(),
+                static_cast<long long>(row["tokens"].get<int64_t>()));
   }
   const auto& none = t["decode_logprobs/none"];
-  std::printf("free routing (bf16 trainer) differs from the engine's in %lld of %lld token x "
-              "layer rows\n",
-              static_cast<long long>(none["free_differ"].get<int64_t>()),
-              static_cast<long long>(none["free_rows"].get<int64_t>()));
+  std::printf(
+      "free routing (bf16 trainer) differs from the engine's in %lld of %lld token x "
+      "layer rows\n",
+      static_cast<long long>(none["free_differ"].get<int64_t>()),
+      static_cast<long long>(none["free_rows"].get<int64_t>()));
   const auto& r3 = t["decode_logprobs/r3"];
   EXPECT_LE(r3["mean"].get<double>(), none["mean"].get<double>());
   EXPECT_LE(r3["max"].get<double>(), none["max"].get<double>());

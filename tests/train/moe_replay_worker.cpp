@@ -110,7 +110,8 @@ int run_replay(const Args& a, dist::ProcessGroups& groups) {
   if (a.replay == "r3" && model->config().moe.enabled()) {
     auto routing_model = models::load_hf_model(a.routing_model);
     for (size_t i = 0; i < samples.size(); ++i) {
-      samples[i].routed_experts = to_routed_experts(free_routing_TLK(*routing_model, samples[i].tokens));
+      samples[i].routed_experts =
+          to_routed_experts(free_routing_TLK(*routing_model, samples[i].tokens));
       want[i] = train::rollout_routing_TLK(samples[i], model->num_layers(),
                                            model->config().moe.experts_per_token);
       auto [rows, differ] = compare_rows(free_routing_TLK(*model, samples[i].tokens), want[i]);
@@ -146,7 +147,8 @@ int run_replay(const Args& a, dist::ProcessGroups& groups) {
   Json steps = Json::array();
   for (const auto& m : backend.train(0, samples)) steps.push_back(m.values);
   Json result{{"free_rows", free_rows}, {"free_differ", free_differ}, {"steps", steps}};
-  for (const auto& [pass, v] : passes) result["passes"][pass] = {{"rows", v.first}, {"differ", v.second}};
+  for (const auto& [pass, v] : passes)
+    result["passes"][pass] = {{"rows", v.first}, {"differ", v.second}};
   if (groups.world().rank() == 0) {
     // The load-balancing loss of one free forward of all samples packed (the trainer's first
     // step sees exactly this when one micro-batch holds them all).
@@ -161,9 +163,9 @@ int run_replay(const Args& a, dist::ProcessGroups& groups) {
             .item<double>();
   }
   ensure_directory(a.out);
-  write_file_atomic(std::filesystem::path(a.out) /
-                        ("rank-" + std::to_string(groups.world().rank()) + ".json"),
-                    result.dump());
+  write_file_atomic(
+      std::filesystem::path(a.out) / ("rank-" + std::to_string(groups.world().rank()) + ".json"),
+      result.dump());
   groups.world().barrier();
   return 0;
 }
@@ -216,28 +218,29 @@ int run_dlogp(Args a, dist::ProcessGroups& groups) {
       backend.init();
       int64_t rows = 0, differ = 0;
       const auto& c = backend.model().model().config();
-      backend.set_moe_observer([&](const std::string&, const std::vector<size_t>& items,
-                                   const models::MoeTrace& trace) {
-        if (items.empty() || std::string(mode) != "none") return;
-        auto got = trace.recorded_PLK(c.num_hidden_layers, c.moe.experts_per_token).cpu();
-        std::vector<int64_t> sizes;
-        for (size_t i : items) sizes.push_back(static_cast<int64_t>(samples[i].tokens.size()));
-        auto pieces = got.split_with_sizes(sizes);
-        for (size_t k = 0; k < items.size(); ++k) {
-          auto want = train::rollout_routing_TLK(samples[items[k]], c.num_hidden_layers,
-                                                 c.moe.experts_per_token);
-          auto [r, d] = compare_rows(pieces[k], want);
-          rows += r;
-          differ += d;
-        }
-      });
+      backend.set_moe_observer(
+          [&](const std::string&, const std::vector<size_t>& items, const models::MoeTrace& trace) {
+            if (items.empty() || std::string(mode) != "none") return;
+            auto got = trace.recorded_PLK(c.num_hidden_layers, c.moe.experts_per_token).cpu();
+            std::vector<int64_t> sizes;
+            for (size_t i : items) sizes.push_back(static_cast<int64_t>(samples[i].tokens.size()));
+            auto pieces = got.split_with_sizes(sizes);
+            for (size_t k = 0; k < items.size(); ++k) {
+              auto want = train::rollout_routing_TLK(samples[items[k]], c.num_hidden_layers,
+                                                     c.moe.experts_per_token);
+              auto [r, d] = compare_rows(pieces[k], want);
+              rows += r;
+              differ += d;
+            }
+          });
       auto log_probs = backend.score(samples);
       std::vector<at::Tensor> diffs;
       for (size_t i = 0; i < samples.size(); ++i) {
         diffs.push_back((log_probs[i] - at::tensor(samples[i].rollout_log_probs)).abs());
       }
       auto d = at::cat(diffs);
-      Json row{{"mean", d.mean().item<double>()}, {"max", d.max().item<double>()},
+      Json row{{"mean", d.mean().item<double>()},
+               {"max", d.max().item<double>()},
                {"tokens", d.numel()}};
       if (std::string(mode) == "none") row["free_rows"] = rows, row["free_differ"] = differ;
       table[std::string(exact ? "exact_logprobs/" : "decode_logprobs/") + mode] = row;
