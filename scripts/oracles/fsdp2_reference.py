@@ -9,7 +9,7 @@ Run under torchrun (one process per rank):
   python -m torch.distributed.run --standalone --nproc-per-node W \\
       scripts/oracles/fsdp2_reference.py --model DIR --data FILE --out DIR \\
       [--dp-replicate-size R] [--global-batch-size 8] [--rollouts K] [--micro-batch-size M] \\
-      [--lr 1e-3] [--weight-decay 0.01] [--clip-grad 1.0]
+      [--lr 1e-3] [--weight-decay 0.01] [--adam-eps 1e-8] [--clip-grad 1.0]
 
 or as a plain script with `--launch W`, which re-executes itself under torchrun with W ranks
 (what the C++ tests do through their cached_oracle helper).
@@ -36,8 +36,8 @@ What it does (furlong's flags and defaults in brackets):
   gradients over the W ranks, so the step's gradient is that of (1/GBS) * sum over the step's
   rows of their per-row loss. The logged loss is the mean per-row loss over the step's GBS rows.
 - clip_grad_norm_(params, --clip-grad) (skipped when 0); its pre-clip global norm is logged as
-  grad_norm. torch.optim.AdamW(lr, betas (0.9, 0.95), eps 1e-8, weight_decay, fused=True) with a
-  constant LR [--lr, --weight-decay, --lr-decay-style constant; furlong's AdamW is bit-identical
+  grad_norm. torch.optim.AdamW(lr, betas (0.9, 0.95), eps, weight_decay, fused=True) with a
+  constant LR [--lr, --weight-decay, --adam-eps (1e-8), --lr-decay-style constant; furlong's AdamW is bit-identical
   to fused=True on CPU, src/optim/adamw.h].
 
 Outputs (rank 0 writes; every rank takes part in the collectives):
@@ -72,6 +72,7 @@ def parse_args(argv):
     p.add_argument("--micro-batch-size", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--adam-eps", type=float, default=1e-8)
     p.add_argument("--clip-grad", type=float, default=1.0, help="max global grad norm (0 = off)")
     p.add_argument("--calculate-per-token-loss", action="store_true",
                    help="miles' FSDP per-token loss: each micro-batch backpropagates its token "
@@ -196,7 +197,7 @@ def main(argv):
     model = build_model(args, world, torch)
     names = [n for n, _ in model.named_parameters()]
     params = [p for _, p in model.named_parameters()]
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=args.adam_eps,
                             weight_decay=args.weight_decay, fused=True)
 
     data = load_rows(args.data)

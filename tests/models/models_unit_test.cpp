@@ -126,7 +126,7 @@ TEST(Models, ActivationCheckpointingGivesIdenticalGradients) {
   for (int ckpt = 0; ckpt < 2; ++ckpt) {
     auto model = random_model(small_config(), 7);
     model->set_requires_grad(true);
-    auto logits = model->forward_logits(batch, {.activation_checkpointing = ckpt == 1});
+    auto logits = model->forward_logits(batch, {.activation_checkpointing = ckpt == 1, .moe = {}});
     at::log_softmax(logits, -1).select(1, 4).sum().backward();
     for (const auto& [name, t] : model->named_weights()) grads[ckpt].push_back(t.grad());
   }
