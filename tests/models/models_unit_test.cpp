@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <map>
 
 #include "common/test_util.h"
 #include "common/tolerances.h"
@@ -44,6 +45,46 @@ TEST(Models, ConstructOnMetaDeviceAllocatesNothing) {
     }
     EXPECT_EQ(model->units().size(), 2u + 2u);  // embed, 2 blocks, final
   }
+}
+
+// Qwen3-MoE: decoder_sparse_step and mlp_only_layers decide which blocks are sparse; a sparse
+// block's unit holds the router and every expert's three projections under HF's on-disk names.
+TEST(Models, MoeLayersAndTheirPerExpertParameters) {
+  auto cfg = small_config("Qwen3ForCausalLM");
+  cfg["architectures"] = {"Qwen3MoeForCausalLM"};
+  cfg["model_type"] = "qwen3_moe";
+  cfg["num_hidden_layers"] = 4;
+  cfg["num_experts"] = 3;
+  cfg["num_experts_per_tok"] = 2;
+  cfg["moe_intermediate_size"] = 5;
+  cfg["decoder_sparse_step"] = 2;
+  cfg["mlp_only_layers"] = {3};
+  auto model = create_model(cfg, "cfg");
+  const auto& c = model->config();
+  ASSERT_EQ(model->units().size(), 1u + 4u + 1u);
+  int64_t D = c.hidden_size;
+  for (int64_t l = 0; l < 4; ++l) {
+    SCOPED_TRACE(l);
+    EXPECT_EQ(c.moe.is_sparse_layer(l), l == 1);  // (l + 1) % 2 == 0 and not in mlp_only_layers
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& p : model->units()[1 + l].params) shapes[p.name] = p.shape;
+    std::string mlp = "model.layers." + std::to_string(l) + ".mlp.";
+    if (l != 1) {
+      EXPECT_TRUE(shapes.contains(mlp + "gate_proj.weight"));
+      EXPECT_FALSE(shapes.contains(mlp + "gate.weight"));
+      continue;
+    }
+    EXPECT_FALSE(shapes.contains(mlp + "gate_proj.weight"));
+    EXPECT_EQ(shapes[mlp + "gate.weight"], (std::vector<int64_t>{3, D}));
+    for (int e = 0; e < 3; ++e) {
+      std::string ex = mlp + "experts." + std::to_string(e) + ".";
+      EXPECT_EQ(shapes[ex + "gate_proj.weight"], (std::vector<int64_t>{5, D}));
+      EXPECT_EQ(shapes[ex + "up_proj.weight"], (std::vector<int64_t>{5, D}));
+      EXPECT_EQ(shapes[ex + "down_proj.weight"], (std::vector<int64_t>{D, 5}));
+    }
+    EXPECT_FALSE(shapes.contains(mlp + "experts.3.gate_proj.weight"));
+  }
+  EXPECT_EQ(c.moe.num_sparse_layers(4), 1);
 }
 
 TEST(Models, ParameterLayoutFollowsArchitecture) {
