@@ -354,6 +354,20 @@ TEST(EngineMoe, RoutingPoolIsCountedInTheCacheSize) {
   EXPECT_TRUE(recording["record_routed_experts"].get<bool>());
 }
 
+// The colocated hand-off drops and rebuilds the routing pool with the K/V pools.
+TEST(EngineMoe, ReleaseAndResumeKeepRecording) {
+  const auto& c = moe_cases()[0];
+  auto engine = Engine::load(model_dir(c), recording_options());
+  const auto before = engine->generate(routed_requests(moe_prompts()));
+  engine->release_memory(/*include_weights=*/false);
+  engine->resume_memory();
+  const auto after = engine->generate(routed_requests(moe_prompts()));
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].output_ids, before[i].output_ids);
+    EXPECT_EQ(after[i].routed_experts.ids, before[i].routed_experts.ids) << "prompt " << i;
+  }
+}
+
 TEST(EngineMoe, AskingForRoutingWithoutARecordFailsClearly) {
   const auto& c = moe_cases()[0];
   auto engine = Engine::load(model_dir(c), small_engine_options());
@@ -425,6 +439,22 @@ TEST(EngineMoe, GenerateOverHttpReturnsSglangsRoutedExperts) {
     EXPECT_TRUE(std::equal(r.ids.begin(), r.ids.begin() + 25 * L * kTopK,
                            direct[2].routed_experts.ids.begin()));
   }
+  // Streamed: only the final event carries the field.
+  int64_t partial_with_field = 0;
+  Json last = client.generate_stream(Json{{"input_ids", moe_prompts()[1]},
+                                          {"sampling_params", greedy},
+                                          {"return_routed_experts", true}},
+                                     [&](const Json& event) {
+                                       if (event["meta_info"]["finish_reason"].is_null())
+                                         partial_with_field +=
+                                             event["meta_info"].contains("routed_experts") ? 1 : 0;
+                                     });
+  EXPECT_EQ(partial_with_field, 0);
+  const auto T1 = static_cast<int64_t>(moe_prompts()[1].size() + kMaxNew);
+  EXPECT_EQ(routed_experts_from_sglang(last["meta_info"]["routed_experts"].get<std::string>(), T1,
+                                       L, kTopK, "stream")
+                .ids,
+            direct[1].routed_experts.ids);
   auto plain = client.generate(moe_prompts()[0], greedy, true);
   EXPECT_TRUE(plain.routed_experts_base64.empty());
   EXPECT_FALSE(plain.raw["meta_info"].contains("routed_experts"));

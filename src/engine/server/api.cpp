@@ -390,8 +390,9 @@ Json generate_response(const GenerateCall& call, const GenerateItem& item,
     if (call.top_logprobs_num > 0) meta["output_top_logprobs"] = std::move(tops);
     add_input_logprobs(call, item, tokenizer, meta);
   }
-  // SGLang's form: base64 of int32 [prompt + output - 1, L, K] (the last token never ran).
-  if (call.return_routed_experts)
+  // SGLang's form: base64 of int32 [prompt + output - 1, L, K] (the last token never ran), once
+  // the request has ended (streamed partial outputs carry none, as in SGLang).
+  if (call.return_routed_experts && !output.routed_experts.empty())
     meta["routed_experts"] = routed_experts_to_sglang(output.routed_experts);
   return Json{{"text", output_text(item, output, tokenizer)},
               {"output_ids", output.output_ids},
