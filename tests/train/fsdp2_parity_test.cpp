@@ -105,14 +105,24 @@ class Fsdp2Parity : public ::testing::Test {
     write_model(dir_ / "model", tiny_config(false), at::kFloat, 3);
     write_model(dir_ / "moe_model", tiny_moe_config(), at::kFloat, 3);
     write_sft_data(dir_ / "data.jsonl", kGlobalBatch * kSteps, 61, 7);
+    // Short rows (2-3 tokens): a micro-batch routes only a few tokens, so each rank leaves
+    // some experts without tokens (and without gradient) that another rank's tokens use.
+    std::string short_rows;
+    for (int i = 0; i < kGlobalBatch * kSteps; ++i) {
+      Json prompt = Json::array({(7 * i + 3) % 61});
+      if (i % 2 == 0) prompt.push_back((11 * i + 5) % 61);
+      short_rows +=
+          Json{{"prompt_ids", prompt}, {"response_ids", {(13 * i + 1) % 61}}}.dump() + "\n";
+    }
+    write_file_atomic(dir_ / "short.jsonl", short_rows);
   }
 
   // The FSDP2 reference's output directory, cached per (script, model bytes, data, topology).
-  static fs::path reference(const Topology& t, const std::string& model) {
+  static fs::path reference(const Topology& t, const std::string& model, const std::string& data) {
     std::vector<std::string> flags = {"--model",
                                       (dir_ / model).string(),
                                       "--data",
-                                      (dir_ / "data.jsonl").string(),
+                                      (dir_ / data).string(),
                                       "--global-batch-size",
                                       std::to_string(kGlobalBatch),
                                       "--rollouts",
@@ -133,8 +143,7 @@ class Fsdp2Parity : public ::testing::Test {
     if (model == "moe_model") flags.insert(flags.end(), {"--adam-eps", kMoeAdamEps});
     std::string key;
     for (const auto& f : flags) key += f + " ";
-    for (const auto& file :
-         {model + "/config.json", model + "/model.safetensors", std::string("data.jsonl")}) {
+    for (const auto& file : {model + "/config.json", model + "/model.safetensors", data}) {
       key += '\0' + read_file(dir_ / file);
     }
     return furlong::testing::cached_oracle("fsdp2_reference", "oracles/fsdp2_reference.py", key,
@@ -148,8 +157,8 @@ class Fsdp2Parity : public ::testing::Test {
   // Runs `furlong train --loss-type sft` at topology `t`; returns its per-step metrics and the
   // trained parameters (its last checkpoint, exported as a fp32 HF directory).
   static std::vector<StepValues> train_furlong(const Topology& t, const fs::path& hf_out,
-                                               const std::string& model) {
-    const auto run_dir = dir_ / (model + "_" + t.name());
+                                               const std::string& model, const std::string& data) {
+    const auto run_dir = dir_ / (model + "_" + data + "_" + t.name());
     std::vector<std::string> argv = {furlong::testing::furlong_binary().string(),
                                      "train",
                                      "--hf-checkpoint",
@@ -157,7 +166,7 @@ class Fsdp2Parity : public ::testing::Test {
                                      "--loss-type",
                                      "sft",
                                      "--prompt-data",
-                                     (dir_ / "data.jsonl").string(),
+                                     (dir_ / data).string(),
                                      "--global-batch-size",
                                      std::to_string(kGlobalBatch),
                                      "--micro-batch-size",
@@ -200,12 +209,14 @@ class Fsdp2Parity : public ::testing::Test {
   }
 
   // `model`: "model" (dense Qwen3) or "moe_model" (Qwen3-MoE, whose sums get kMoeSumRtol).
-  static void expect_parity(const Topology& t, const std::string& model = "model") {
-    const auto topo = model == "model" ? t.name() : model + "_" + t.name();
+  static void expect_parity(const Topology& t, const std::string& model = "model",
+                            const std::string& data = "data.jsonl") {
+    auto topo = model == "model" ? t.name() : model + "_" + t.name();
+    if (data != "data.jsonl") topo += "_" + data.substr(0, data.find('.'));
     const double sum_rtol = model == "model" ? kSumRtol : kMoeSumRtol;
-    auto want_dir = reference(t, model);
+    auto want_dir = reference(t, model, data);
     const auto hf_out = dir_ / (topo + "_hf");
-    auto got = train_furlong(t, hf_out, model);
+    auto got = train_furlong(t, hf_out, model, data);
 
     auto want = read_json_file(want_dir / "losses.json");
     ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
@@ -278,6 +289,13 @@ TEST_F(Fsdp2Parity, MatchesPyTorchFsdp2AtR1S4WithPaddedShards) {
 // but a few elements).
 TEST_F(Fsdp2Parity, MoeMatchesPyTorchFsdp2AtR1S2WithGradientAccumulation) {
   expect_parity({.nproc = 2, .replicas = 1, .micro_batch_size = 2}, "moe_model");
+}
+
+// The same with rows of 2-3 tokens: each rank's micro-batch leaves some experts without tokens
+// that the other rank's tokens use, so the two ranks' gradients for such an expert are one
+// defined and one absent; the reduce-scatter must still deliver the sum to both shards.
+TEST_F(Fsdp2Parity, MoeWithExpertsUnusedOnOneRankMatchesPyTorchFsdp2AtR1S2) {
+  expect_parity({.nproc = 2, .replicas = 1, .micro_batch_size = 2}, "moe_model", "short.jsonl");
 }
 
 TEST_F(Fsdp2Parity, MatchesPyTorchFsdp2HsdpAtR2S2) {
