@@ -22,6 +22,7 @@
 #include "common/test_util.h"
 #include "core/digest.h"
 #include "core/files.h"
+#include "engine/routed_experts_codec.h"
 #include "engine/server/client.h"
 #include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
@@ -488,6 +489,52 @@ TEST_F(Serve, SigtermAbortsRunningRequestsAndExitsCleanly) {
   wait_until([&] { return c.get_server_info()["num_running"].get<int64_t>() == 1; }, 30s);
   EXPECT_EQ(second.terminate(20s), 0) << second.log();
   EXPECT_EQ(pending.get(), "abort");
+}
+
+// `furlong serve --enable-return-routed-experts` on a tiny Qwen3-MoE: /generate answers SGLang's
+// meta_info.routed_experts (base64 int32 [prompt + output - 1, L, K], valid distinct ids in the
+// sparse layer, -1 in the dense one); without the flag the request is a 400 naming it.
+TEST_F(Serve, EnableReturnRoutedExpertsAnswersSglangsField) {
+  Json config = tiny_qwen3_config();
+  config["architectures"] = {"Qwen3MoeForCausalLM"};
+  config["model_type"] = "qwen3_moe";
+  config["num_experts"] = 8;
+  config["num_experts_per_tok"] = 2;
+  config["moe_intermediate_size"] = 32;
+  config["mlp_only_layers"] = {0};
+  write_file_atomic(dir_ / "moe.json", config.dump());
+  const auto moe = dir_ / "moe";
+  auto r =
+      run_command(shell_quote(furlong::testing::furlong_binary().string()) +
+                  " init-model --config " + shell_quote((dir_ / "moe.json").string()) +
+                  " --tokenizer " + shell_quote(furlong::testing::tokenizer_dir("qwen3").string()) +
+                  " --out " + shell_quote(moe.string()) + " --seed 5 --dtype float32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ServeProcess recording(moe, dir_ / "moe.log", {"--enable-return-routed-experts"});
+  EngineClient c(recording.url());
+  EXPECT_TRUE(c.get_model_info()["record_routed_experts"].get<bool>());
+  const std::vector<int64_t> prompt = {11, 22, 33, 44, 55};
+  auto out = c.generate(prompt, greedy(6), true, "", /*return_routed_experts=*/true);
+  const int64_t T = static_cast<int64_t>(prompt.size() + out.output_ids.size()), L = 2, K = 2;
+  auto bytes = base64_decode(out.routed_experts_base64, "test");
+  ASSERT_EQ(static_cast<int64_t>(bytes.size()), (T - 1) * L * K * 4) << out.raw.dump();
+  auto routed = routed_experts_from_sglang(out.routed_experts_base64, T, L, K, "test");
+  for (int64_t t = 0; t < T - 1; ++t) {
+    const auto* dense = routed.ids.data() + (t * L + 0) * K;
+    const auto* sparse = routed.ids.data() + (t * L + 1) * K;
+    EXPECT_EQ(dense[0], -1);
+    EXPECT_EQ(dense[1], -1);
+    EXPECT_NE(sparse[0], sparse[1]);
+    for (int k = 0; k < K; ++k) EXPECT_TRUE(sparse[k] >= 0 && sparse[k] < 8) << sparse[k];
+  }
+
+  ServeProcess plain(moe, dir_ / "moe_plain.log", {});
+  auto raw = EngineClient(plain.url())
+                 .request("POST", "/generate",
+                          Json{{"input_ids", prompt}, {"return_routed_experts", true}}.dump());
+  EXPECT_EQ(raw.status, 400);
+  EXPECT_NE(error_message(raw).find("--enable-return-routed-experts"), std::string::npos)
+      << raw.body;
 }
 
 }  // namespace
