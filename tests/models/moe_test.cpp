@@ -234,6 +234,31 @@ TEST(Moe, ReplayUnderActivationCheckpointingGivesTheSameGradients) {
   }
 }
 
+// Free routing with the load-balancing loss's router probabilities collected (a second output
+// of each checkpointed block): checkpointing changes neither the routing nor any gradient.
+TEST(Moe, FreeRoutingAndLoadBalancingUnderCheckpointingGiveIdenticalGradients) {
+  auto batch = test_batch();
+  std::vector<at::Tensor> grads[2];
+  at::Tensor ids[2];
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    auto model = random_moe_model();
+    model->set_requires_grad(true);
+    auto trace = recording();
+    trace->collect_router_probs = true;
+    auto loss = logits_loss(*model, batch, {.activation_checkpointing = ckpt == 1, .moe = trace});
+    (loss + 0.1 * load_balancing_loss(*trace, 8, 2)).backward();
+    ids[ckpt] = recorded(*model, *trace);
+    grads[ckpt] = grads_of(*model);
+  }
+  EXPECT_TRUE(at::equal(ids[0], ids[1]));
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {  // tolerance: as in the replay test above
+    ASSERT_EQ(grads[0][i].defined(), grads[1][i].defined()) << i;
+    if (!grads[0][i].defined()) continue;
+    EXPECT_TRUE(at::allclose(grads[0][i], grads[1][i], 0, 1e-7)) << i;
+  }
+}
+
 TEST(Moe, RowsOfMinusOneFallBackToFreeRouting) {
   auto model = random_moe_model();
   auto batch = test_batch();
