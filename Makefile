@@ -6,6 +6,7 @@
 #   make bench   build, then run the side-by-side benchmarks (writes bench/results/*.json)
 #   make demo    build, then run furlong's main job end to end on a small model
 #   make lint    clang-format check, file sizes, flags named in comments
+#   make cuda-check  compile the CUDA-only sources against a CUDA libtorch (.venv-cuda, build-cuda)
 #   make tidy    clang-tidy (bugprone, performance) on the files changed since origin/main
 
 BUILD_DIR ?= build
@@ -14,7 +15,7 @@ CTEST_ARGS ?=
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: setup configure build test bench demo lint tidy format clean
+.PHONY: setup configure build test bench demo lint tidy format clean cuda-check
 
 setup:
 	@bash scripts/setup.sh
@@ -39,6 +40,9 @@ demo: build
 
 lint: setup
 	bash scripts/lint.sh
+
+cuda-check:
+	bash scripts/cuda_compile_check.sh
 
 tidy: setup
 	bash scripts/tidy.sh

@@ -8,7 +8,7 @@ if(NOT EXISTS "${FURLONG_PYTHON}")
                       "(or pass -DFURLONG_PYTHON=/path/to/python with torch installed).")
 endif()
 execute_process(
-  COMMAND "${FURLONG_PYTHON}" -c "import torch,os;print(torch.utils.cmake_prefix_path);print(os.path.dirname(torch.__file__));print(torch.__version__)"
+  COMMAND "${FURLONG_PYTHON}" -c "import torch,os;print(torch.utils.cmake_prefix_path);print(os.path.dirname(torch.__file__));print(torch.__version__);print(torch.version.cuda or '')"
   OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc
   ERROR_QUIET)
 if(NOT _torch_rc EQUAL 0)
@@ -18,7 +18,15 @@ string(REPLACE "\n" ";" _torch_info "${_torch_info}")
 list(GET _torch_info 0 _torch_cmake_prefix)
 list(GET _torch_info 1 FURLONG_TORCH_DIR)
 list(GET _torch_info 2 FURLONG_TORCH_VERSION)
+list(LENGTH _torch_info _torch_info_len)
+set(FURLONG_TORCH_CUDA "")
+if(_torch_info_len GREATER 3)
+  list(GET _torch_info 3 FURLONG_TORCH_CUDA)
+endif()
 list(APPEND CMAKE_PREFIX_PATH "${_torch_cmake_prefix}")
+if(FURLONG_TORCH_CUDA)
+  include(${CMAKE_CURRENT_LIST_DIR}/TorchCuda.cmake)
+endif()
 # TorchConfig warns about a missing kineto on CPU wheels; it is harmless.
 find_package(Torch REQUIRED)
 message(STATUS "furlong: libtorch ${FURLONG_TORCH_VERSION} from ${FURLONG_TORCH_DIR}")
