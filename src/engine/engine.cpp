@@ -466,7 +466,9 @@ void Engine::Impl::recompute_isolating_failures(
 }
 
 // The trainer's computation over the finished sequences, packed as documents: forward_hidden,
-// then token_logprobs of each output token with the request's temperature.
+// then token_logprobs of each output token with the request's temperature. A request that
+// returns its routed experts (rollout routing replay) is recomputed with exactly those experts,
+// as the trainer will replay them, so that its reported log-probs are the trainer's under R3.
 void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs) {
   std::vector<double> temperatures;
   for (const auto& s : seqs) {
@@ -494,7 +496,7 @@ void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence
       docs.push_back(s->tokens);
     }
     auto batch = models::PackedBatch::from_documents(docs).to(device);
-    auto hidden_PD = model->forward_hidden(batch, forward);
+    auto hidden_PD = model->forward_hidden(batch, recompute_options(group));
     models::LogProbOptions lo;
     lo.temperature = t;
     lo.with_entropy = false;
@@ -509,6 +511,27 @@ void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence
       values += s->out.output_logprobs.size();
     }
   }
+}
+
+models::ForwardOptions Engine::Impl::recompute_options(const std::vector<Sequence*>& group) const {
+  models::ForwardOptions options = forward;
+  if (!cache->records_routing()) return options;
+  bool any = false;
+  std::vector<at::Tensor> parts;
+  for (const auto* s : group) {
+    if (s->return_routed_experts) {
+      parts.push_back(routing_rows(*s));
+      any = true;
+    } else {  // free routing, as a trainer without replay computes it
+      const auto& pool = cache->routing();
+      parts.push_back(at::full({static_cast<int64_t>(s->tokens.size()), pool.size(1), pool.size(2)},
+                               -1, pool.options()));
+    }
+  }
+  if (!any) return options;
+  options.moe = std::make_shared<models::MoeTrace>();
+  options.moe->replay_PLK = at::cat(parts, 0);
+  return options;
 }
 
 void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
@@ -552,18 +575,22 @@ void Engine::Impl::append_token(Sequence& s, int64_t token, float logprob) {
   }
 }
 
-void Engine::Impl::collect_routing(Sequence& s) {
-  if (!s.return_routed_experts || !cache->records_routing()) return;
-  auto& pool = cache->routing();
-  RoutedExperts& r = s.out.routed_experts;
-  r.num_layers = pool.size(1);
-  r.top_k = pool.size(2);
+at::Tensor Engine::Impl::routing_rows(const Sequence& s) const {
+  const auto& pool = cache->routing();
   const auto rows = static_cast<int64_t>(s.tokens.size());
   const int64_t ran = std::min({s.num_cached, rows, s.slots.defined() ? s.slots.numel() : 0});
-  r.ids.assign(static_cast<size_t>(rows * r.num_layers * r.top_k), -1);
-  if (ran == 0) return;
-  auto ids_RLK = pool.index_select(0, s.slots.narrow(0, 0, ran)).to(at::kCPU).contiguous();
-  std::copy_n(ids_RLK.data_ptr<int32_t>(), ids_RLK.numel(), r.ids.begin());
+  auto ids_TLK = at::full({rows, pool.size(1), pool.size(2)}, -1, pool.options());
+  if (ran > 0) ids_TLK.narrow(0, 0, ran).copy_(pool.index_select(0, s.slots.narrow(0, 0, ran)));
+  return ids_TLK;
+}
+
+void Engine::Impl::collect_routing(Sequence& s) {
+  if (!s.return_routed_experts || !cache->records_routing()) return;
+  auto ids_TLK = routing_rows(s).to(at::kCPU).contiguous();
+  RoutedExperts& r = s.out.routed_experts;
+  r.num_layers = ids_TLK.size(1);
+  r.top_k = ids_TLK.size(2);
+  r.ids.assign(ids_TLK.data_ptr<int32_t>(), ids_TLK.data_ptr<int32_t>() + ids_TLK.numel());
 }
 
 void Engine::Impl::finish(const std::shared_ptr<Sequence>& s, FinishReason reason) {

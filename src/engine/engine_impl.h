@@ -145,10 +145,16 @@ struct Engine::Impl {
   void fail_sequence(Sequence& s, const std::string& why);
   void append_token(Sequence& s, int64_t token, float logprob);
   void recompute_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs);
+  // The forward options of recompute_logprobs over `group` (packed in that order): the
+  // requests that return routed experts replay them.
+  models::ForwardOptions recompute_options(const std::vector<Sequence*>& group) const;
   void finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
   // With s.return_routed_experts: out.routed_experts from the routing pool at s's slots, for
   // the positions that ran (the first num_cached), -1 after. Call before its blocks are freed.
   void collect_routing(Sequence& s);
+  // The routing pool's rows at s's slots, int32 [tokens, L, K]: the positions that ran (the
+  // first num_cached), -1 after. Requires a pool that records routing.
+  at::Tensor routing_rows(const Sequence& s) const;
   void validate(const GenerateRequest& request) const;
   void check_weights_present() const;
   // The error that ended request `id` (only valid inside its done callback), "" if none.

@@ -253,10 +253,10 @@ TEST(MoeFlags, RolloutReplayImpliesRoutingReplay) {
 // trainer's packed forward runs different experts in the two: its log-prob (and those after
 // it) differ by far more than rounding. R3 makes the trainer run the engine's experts, so
 // only the rounding differences remain: R3's mean and max are not larger. The engine's
-// exact-logprobs mode reports a full-sequence forward with free routing instead of the
-// decode-time values: without R3 that is close to the trainer's (asserted: smaller than the
-// decode-time difference); with R3 the trainer runs the decode-time experts while the engine
-// reported free-routing values, so flipped tokens differ again (printed, not asserted).
+// exact-logprobs mode reports the trainer's own full-sequence forward instead of the
+// decode-time values: with free routing without R3, and with the recorded experts when the
+// request returns them (R3), so in both cases it is close to the trainer's (asserted: smaller
+// than the decode-time difference of the same replay mode).
 TEST(MoeReplay, TrainerVsEngineLogProbsInBf16) {
   const auto& f = fixture();
   auto out = f.root / "dlogp";
@@ -284,6 +284,8 @@ TEST(MoeReplay, TrainerVsEngineLogProbsInBf16) {
   EXPECT_LE(r3["max"].get<double>(), none["max"].get<double>());
   EXPECT_GT(none["free_differ"].get<int64_t>(), 0) << "no top-k flip: R3 had nothing to fix";
   EXPECT_LT(t["exact_logprobs/none"]["mean"].get<double>(), none["mean"].get<double>());
+  EXPECT_LT(t["exact_logprobs/r3"]["mean"].get<double>(), r3["mean"].get<double>());
+  EXPECT_LE(t["exact_logprobs/r3"]["max"].get<double>(), r3["max"].get<double>());
 }
 
 }  // namespace

@@ -170,8 +170,10 @@ int run_replay(const Args& a, dist::ProcessGroups& groups) {
   return 0;
 }
 
-// The engine's rollouts: N sampled continuations of random prompts, with routing recorded.
-std::vector<rl::Sample> engine_samples(const Args& a, bool exact_logprobs) {
+// The engine's rollouts: N sampled continuations of random prompts (the same tokens whatever
+// the options: seeded, and recording does not change the decode computation), with their
+// routing when `with_routing` (an exact-logprobs engine then recomputes with those experts).
+std::vector<rl::Sample> engine_samples(const Args& a, bool exact_logprobs, bool with_routing) {
   engine::EngineOptions eo;
   eo.dtype = "bfloat16";
   eo.record_routed_experts = true;
@@ -189,7 +191,7 @@ std::vector<rl::Sample> engine_samples(const Args& a, bool exact_logprobs) {
     r.sampling.max_new_tokens = 12;
     r.sampling.ignore_eos = true;
     r.sampling.seed = static_cast<uint64_t>(100 + i);
-    r.return_routed_experts = true;
+    r.return_routed_experts = with_routing;
     requests.push_back(std::move(r));
   }
   auto outputs = engine->generate(requests);
@@ -211,8 +213,11 @@ std::vector<rl::Sample> engine_samples(const Args& a, bool exact_logprobs) {
 int run_dlogp(Args a, dist::ProcessGroups& groups) {
   Json table = Json::object();
   for (bool exact : {false, true}) {
-    auto samples = engine_samples(a, exact);
     for (const char* mode : {"none", "r3"}) {
+      // Decode-time log-probs do not depend on the routing request, so "none" keeps the ids
+      // there to count the trainer's flips; with exact log-probs, as in training, only R3 asks.
+      const bool r3 = std::string(mode) == "r3";
+      auto samples = engine_samples(a, exact, r3 || !exact);
       a.replay = mode;
       train::FsdpBackend backend(train_options(a), groups);
       backend.init();
@@ -220,7 +225,7 @@ int run_dlogp(Args a, dist::ProcessGroups& groups) {
       const auto& c = backend.model().model().config();
       backend.set_moe_observer(
           [&](const std::string&, const std::vector<size_t>& items, const models::MoeTrace& trace) {
-            if (items.empty() || std::string(mode) != "none") return;
+            if (items.empty() || r3 || samples[items[0]].routed_experts.empty()) return;
             auto got = trace.recorded_PLK(c.num_hidden_layers, c.moe.experts_per_token).cpu();
             std::vector<int64_t> sizes;
             for (size_t i : items) sizes.push_back(static_cast<int64_t>(samples[i].tokens.size()));
