@@ -7,6 +7,7 @@
 #   make demo    build, then run furlong's main job end to end on a small model
 #   make lint    clang-format check, file sizes, flags named in comments
 #   make cuda-check  compile the CUDA-only sources against a CUDA libtorch (.venv-cuda, build-cuda)
+#   make device-check-dry-run  scripts/device_check.sh on CPU (tiny shapes; CUDA parts skipped)
 #   make tidy    clang-tidy (bugprone, performance) on the files changed since origin/main
 
 BUILD_DIR ?= build
@@ -15,7 +16,7 @@ CTEST_ARGS ?=
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: setup configure build test bench demo lint tidy format clean cuda-check
+.PHONY: setup configure build test bench demo lint tidy format clean cuda-check device-check-dry-run
 
 setup:
 	@bash scripts/setup.sh
@@ -43,6 +44,9 @@ lint: setup
 
 cuda-check:
 	bash scripts/cuda_compile_check.sh
+
+device-check-dry-run: build
+	DEVICE_CHECK_BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) bash scripts/device_check.sh --dry-run $(BUILD_DIR)/device-check/out
 
 tidy: setup
 	bash scripts/tidy.sh

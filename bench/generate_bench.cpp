@@ -34,6 +34,7 @@ struct BenchOptions {
   bool exact_logprobs = false;  // the engine's default
   int64_t n_samples = 1;        // requests per distinct prompt (GRPO's n)
   bool prefix_sharing = true;   // the engine's default
+  std::string device = "cpu";
 };
 
 struct RunResult {
@@ -94,11 +95,12 @@ int run(const std::vector<std::string>& args) {
             "consecutive requests with the same prompt (GRPO's n; seeds differ)");
   flags.add("prefix-sharing", &o.prefix_sharing,
             "engine option prefix_sharing (same-prompt requests share one prefill)");
+  flags.add("device", &o.device, "engine option device: cpu or cuda[:i]");
   if (!flags.parse(args)) return 0;
   FURLONG_CHECK(o.n_samples >= 1, "--n-samples must be >= 1");
   engine::EngineOptions eo;
   eo.dtype = o.dtype;
-  eo.device = "cpu";
+  eo.device = o.device;
   eo.num_threads = o.threads;
   eo.exact_logprobs = o.exact_logprobs;
   eo.prefix_sharing = o.prefix_sharing;
@@ -120,6 +122,7 @@ int run(const std::vector<std::string>& args) {
               {"prompt_len", o.prompt_len},
               {"max_new_tokens", o.max_new_tokens},
               {"dtype", o.dtype},
+              {"device", o.device},
               {"threads", at::get_num_threads()},
               {"exact_logprobs", o.exact_logprobs},
               {"n_samples", o.n_samples},

@@ -3,6 +3,7 @@
 // entropies of every token) on a HF model directory, and prints one JSON object.
 // The Python peer (bench/hf_model_bench.py) does the same with transformers.
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -32,7 +33,13 @@ struct BenchOptions {
   int64_t iters = 3;
   int64_t warmup = 1;
   int64_t threads = 0;
+  std::string device = "cpu";
 };
+
+// Waits for the device's queued work, so that a step's wall time covers its kernels.
+void sync(c10::Device device) {
+  if (!device.is_cpu()) at::accelerator::synchronizeDevice(device.index());
+}
 
 // Deterministic token ids shared with the Python peer: doc d, position i -> (d*131 + i*31 + 7) % V.
 models::PackedBatch make_batch(int64_t docs, int64_t len, int64_t vocab) {
@@ -54,6 +61,7 @@ std::pair<at::Tensor, at::Tensor> next_token_rows(int64_t docs, int64_t len,
 
 double train_step(models::CausalLM& model, const models::PackedBatch& batch, const at::Tensor& rows,
                   const at::Tensor& targets) {
+  sync(model.weights()[0][0].device());
   auto start = std::chrono::steady_clock::now();
   for (auto& unit : model.weights())
     for (auto& w : unit) w.mutable_grad() = at::Tensor();
@@ -64,6 +72,7 @@ double train_step(models::CausalLM& model, const models::PackedBatch& batch, con
                                    {.with_entropy = false});
   auto loss = -lp.logprobs_T.mean();
   loss.backward();
+  sync(loss.device());
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -90,11 +99,17 @@ int run(const std::vector<std::string>& args) {
   flags.add("iters", &o.iters, "timed iterations");
   flags.add("warmup", &o.warmup, "untimed iterations");
   flags.add("threads", &o.threads, "intra-op threads (0 = default)");
+  flags.add("device", &o.device, "cpu or cuda[:i]");
   if (!flags.parse(args)) return 0;
   if (o.threads > 0) at::set_num_threads(static_cast<int>(o.threads));
-  auto model = models::load_hf_model(o.hf_checkpoint, {.dtype = parse_dtype(o.dtype, "--dtype")});
+  const c10::Device device(o.device);
+  auto model = models::load_hf_model(o.hf_checkpoint,
+                                     {.dtype = parse_dtype(o.dtype, "--dtype"), .device = device});
   auto batch = make_batch(o.docs, o.doc_len, model->config().vocab_size);
   auto [rows, targets] = next_token_rows(o.docs, o.doc_len, batch.tokens_P);
+  batch = batch.to(device);
+  rows = rows.to(device);
+  targets = targets.to(device);
   if (o.mode == "train") model->set_requires_grad(true);
   std::vector<double> times;
   for (int64_t i = 0; i < o.warmup + o.iters; ++i) {
@@ -108,6 +123,7 @@ int run(const std::vector<std::string>& args) {
               {"host_memory", configure_host_memory().describe()},
               {"mode", o.mode},
               {"dtype", o.dtype},
+              {"device", device.str()},
               {"tokens", o.docs * o.doc_len},
               {"threads", at::get_num_threads()},
               {"seconds", times},
