@@ -49,12 +49,19 @@ engine::EngineOptions device_engine_options(c10::Device device, int64_t tokens) 
 struct AllocatorFigures {
   int64_t allocated = 0, reserved = 0, free = 0;
 };
+// Entry 0 of the per-pool statistics is StatType::AGGREGATE (all pools) in every torch version;
+// the enum itself moved between headers and namespaces (2.11 and 2.14 differ), so it is not named.
+constexpr size_t kAllPools = 0;
+int64_t reserved_bytes(c10::Device device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index())
+      .reserved_bytes[kAllPools]
+      .current;
+}
 AllocatorFigures allocator_figures(c10::Device device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   AllocatorFigures f;
-  f.allocated = stats.allocated_bytes[all].current;
-  f.reserved = stats.reserved_bytes[all].current;
+  f.allocated = stats.allocated_bytes[kAllPools].current;
+  f.reserved = stats.reserved_bytes[kAllPools].current;
   f.free = engine::device_memory(device).available_bytes;  // empties the cache first
   return f;
 }
@@ -78,9 +85,7 @@ TEST(CudaEngineMemory, ReleaseReturnsTheKvCacheToTheDevice) {
   const auto before_ids = greedy_outputs(*eng);
   const auto loaded = allocator_figures(device);
   eng->release_memory(/*include_weights=*/false);
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  const int64_t reserved_after_release = stats.reserved_bytes[all].current;  // before emptying
+  const int64_t reserved_after_release = reserved_bytes(device);  // before anyone empties it
   const auto released = allocator_figures(device);
   eng->resume_memory();
   const auto resumed = allocator_figures(device);
