@@ -22,7 +22,7 @@
 # then skip; they also run once with FURLONG_CUDA_TESTS_ON_CPU=1 (CPU against CPU) so that their
 # logic runs here. If .device-debs/ exists, the dry run also unpacks it and configures a
 # throwaway build directory against the prefix (the check that CMake finds everything there).
-# Each stage has its own time limit; past DEVICE_CHECK_BUDGET_S (default 420 s) the remaining
+# Each stage has its own time limit; past DEVICE_CHECK_BUDGET_S (default 450 s) the remaining
 # stages are skipped and recorded as such, so a partial run still leaves its JSON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ DRY=0
 if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
 [ $# -eq 1 ] || { echo "usage: $0 [--dry-run] OUT_DIR" >&2; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
-BUDGET=${DEVICE_CHECK_BUDGET_S:-420}
+BUDGET=${DEVICE_CHECK_BUDGET_S:-450}
 JOBS=${JOBS:-$(nproc)}
 START=$(date +%s)
 LOG=$OUT/device_check.log
@@ -137,6 +137,58 @@ else
   export LD_LIBRARY_PATH="$ROOT/$BUILD/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# Shapes: the GPU run uses Qwen3-1.7B (train) and Qwen3-0.6B (engine, GRPO); the dry run tiny ones.
+if ((DRY)); then
+  TRAIN_CFG='{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 32}'
+  GEN_CFG=$TRAIN_CFG
+  DOCS=2 DOC_LEN=32 BATCHES="1 64 256" PROMPT=8 NEW=8 GEMM_N=256 RBS=2 NSAMP=2 RLEN=8
+else
+  TRAIN_CFG='{"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}'
+  GEN_CFG='{"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}'
+  DOCS=8 DOC_LEN=2048 BATCHES="1 64 256" PROMPT=128 NEW=128 GEMM_N=8192 RBS=8 NSAMP=8 RLEN=128
+fi
+BENCH_DTYPE=bfloat16
+# full_config SHAPE_JSON: a Qwen3 config.json with that shape.
+full_config() {
+  pyrun -c "import json,sys; c=json.loads(sys.argv[1]); c.update(architectures=['Qwen3ForCausalLM'], model_type='qwen3', max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=17); print(json.dumps(c))" "$1"
+}
+# The benchmark models, written in the background while furlong builds (random bf16 weights,
+# drawn on the GPU where there is one: the 1.7B model takes ~30 s on one CPU core), each
+# renamed into place only when complete.
+mkdir -p "$WORK/models"
+full_config "$TRAIN_CFG" >"$WORK/models/train.config.json"
+full_config "$GEN_CFG" >"$WORK/models/gen.config.json"
+timeout 300 env -u LD_LIBRARY_PATH "$PY" - "$WORK/models" "$DEVICE" "$ROOT/examples/tokenizers/arith" \
+  train gen >"$WORK/models.log" 2>&1 <<'EOF' &
+import json, os, shutil, sys, time, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+root, device, tok = sys.argv[1], sys.argv[2], sys.argv[3]
+for name in sys.argv[4:]:
+    out = os.path.join(root, name)
+    if os.path.exists(os.path.join(out, "config.json")):
+        continue
+    t = time.time()
+    config = Qwen3Config(**json.load(open(os.path.join(root, name + ".config.json"))))
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(config)
+    model = model.to_empty(device=device).to(torch.bfloat16)
+    model.tie_weights()
+    gen = torch.Generator(device=device).manual_seed(1)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            p.fill_(1.0) if "norm" in pname else p.normal_(0.0, config.initializer_range, generator=gen)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tok, f), tmp)
+    os.rename(tmp, out)
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters in {time.time() - t:.1f} s")
+    del model
+EOF
+MODELS_PID=$!
+
+
 TARGETS=(furlong cuda_tests furlong_model_bench furlong_generate_bench)
 t0=$(date +%s)
 if [ ! -f "$BUILD/build.ninja" ]; then
@@ -186,30 +238,26 @@ EOF
 fi
 
 # ---- 3. benchmarks ----
-# Shapes: the GPU run uses Qwen3-1.7B (train) and Qwen3-0.6B (engine, GRPO); the dry run tiny ones.
-if ((DRY)); then
-  TRAIN_CFG='{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 32}'
-  GEN_CFG=$TRAIN_CFG
-  DOCS=2 DOC_LEN=32 BATCHES="1 64 256" PROMPT=8 NEW=8 GEMM_N=256 RBS=2 NSAMP=2 RLEN=8
-else
-  TRAIN_CFG='{"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}'
-  GEN_CFG='{"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}'
-  DOCS=8 DOC_LEN=2048 BATCHES="1 64 256" PROMPT=128 NEW=128 GEMM_N=8192 RBS=8 NSAMP=8 RLEN=128
-fi
-BENCH_DTYPE=bfloat16
 
-# make_model NAME CONFIG_JSON: a random-weight HF directory (furlong init-model, bf16) with the
-# arithmetic tokenizer (the benchmarks feed token ids; decoding tolerates ids past its vocabulary).
+# make_model NAME CONFIG_JSON: the benchmark model's directory, from the background writer
+# below or else made now by `furlong init-model` (bf16), with the arithmetic tokenizer (the
+# benchmarks feed token ids; decoding tolerates ids past its vocabulary).
 make_model() {
   local dir=$WORK/models/$1
   [ -f "$dir/config.json" ] && { echo "$dir"; return 0; }
+  say "the model writer left no $1 model (see $WORK/models.log); furlong init-model instead" >&2
   mkdir -p "$WORK/models"
-  pyrun -c "import json,sys; c=json.loads(sys.argv[1]); c.update(architectures=['Qwen3ForCausalLM'], model_type='qwen3', max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=17); print(json.dumps(c))" "$2" >"$WORK/models/$1.config.json"
+  full_config "$2" >"$WORK/models/$1.config.json"
   run_logged 300 "$FURLONG" init-model --config "$WORK/models/$1.config.json" \
     --tokenizer "$ROOT/examples/tokenizers/arith" --out "$dir" --seed 1 --dtype "$BENCH_DTYPE" || return 1
   echo "$dir"
 }
 
+# The model writer must be done first (waited for here, in the main shell, whose child it is).
+if [ -n "${MODELS_PID:-}" ]; then
+  wait "$MODELS_PID"
+  say "model writer: rc $?; $(grep -E 'parameters in' "$WORK/models.log" | tr '\n' ' ')"
+fi
 if ((rc == 0)) && stage gemm_peak 20; then
   pyrun - "$GEMM_N" "$DEVICE" >"$PARTS/gemm_peak.json" 2>>"$LOG" <<'EOF'
 import json, sys, time, torch
