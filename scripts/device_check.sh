@@ -74,6 +74,28 @@ stage() {
 }
 pyrun() { env -u LD_LIBRARY_PATH "$PY" "$@"; }  # the carried libraries are for furlong only
 
+# ---- 4. the JSON: written on every exit, also an early one (what ran is in it) ----
+write_json() {
+  pyrun - "$PARTS" "$OUT/device_check.json" "$DRY" "$(($(date +%s) - START))" <<'EOF' || true
+import json, pathlib, sys, time
+parts, out, dry, secs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+doc = {"dry_run": dry, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": secs}
+if dry:
+    doc["note"] = ("dry run on CPU: tiny shapes; the CUDA tests skip (their logic ran CPU against "
+                   "CPU) and nothing here measures a GPU")
+for name in ["environment", "prefix_configure", "build", "cuda_tests", "gemm_peak", "train_bench",
+             "decode_bench", "grpo_step"]:
+    p = parts / f"{name}.json"
+    try:
+        doc[name] = json.loads(p.read_text()) if p.exists() else {"skipped": "did not run"}
+    except ValueError:
+        doc[name] = {"error": "unreadable output", "text": p.read_text()[-500:]}
+json.dump(doc, open(out, "w"), indent=1)
+EOF
+  say "wrote $OUT/device_check.json"
+}
+trap write_json EXIT
+
 # ---- 1. environment, dependencies, build ----
 say "mode: $([ $DRY = 1 ] && echo 'dry run (CPU; CUDA parts skipped)' || echo 'GPU'), build dir $BUILD, python $PY, budget ${BUDGET}s"
 pyrun - >"$PARTS/environment.json" 2>>"$LOG" <<EOF
@@ -401,24 +423,6 @@ EOF
   say "GRPO step: $(cat "$PARTS/grpo_step.json")"
 fi
 
-# ---- 4. the JSON ----
-pyrun - "$PARTS" "$OUT/device_check.json" "$DRY" "$(($(date +%s) - START))" <<'EOF'
-import json, pathlib, sys, time
-parts, out, dry, secs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
-doc = {"dry_run": dry, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": secs}
-if dry:
-    doc["note"] = ("dry run on CPU: tiny shapes; the CUDA tests skip (their logic ran CPU against "
-                   "CPU) and nothing here measures a GPU")
-for name in ["environment", "prefix_configure", "build", "cuda_tests", "gemm_peak", "train_bench",
-             "decode_bench", "grpo_step"]:
-    p = parts / f"{name}.json"
-    try:
-        doc[name] = json.loads(p.read_text()) if p.exists() else {"skipped": "did not run"}
-    except ValueError:
-        doc[name] = {"error": "unreadable output", "text": p.read_text()[-500:]}
-json.dump(doc, open(out, "w"), indent=1)
-EOF
-say "wrote $OUT/device_check.json"
 ok=1
 grep -q '"rc": 0' "$PARTS/build.json" 2>/dev/null || ok=0
 grep -q '"rc": 0' "$PARTS/cuda_tests.json" 2>/dev/null || ok=0
