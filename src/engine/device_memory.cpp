@@ -30,4 +30,15 @@ DeviceMemory device_memory(c10::Device device) {
                " in this build; pass --max-total-tokens explicitly");
 }
 
+void return_freed_memory(c10::Device device) {
+#ifdef FURLONG_ENGINE_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(device);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#else
+  (void)device;
+#endif
+}
+
 }  // namespace furlong::engine

@@ -16,4 +16,9 @@ struct DeviceMemory {
 // returning the caching allocator's unused blocks; only in a CUDA build (an error otherwise).
 DeviceMemory device_memory(c10::Device device);
 
+// Hands memory the engine freed back to its owner: CUDA, the caching allocator's unused blocks
+// go back to the device (so other processes, e.g. a colocated trainer, can use them); CPU,
+// nothing to do here (the host block cache is trimmed by the caller).
+void return_freed_memory(c10::Device device);
+
 }  // namespace furlong::engine

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/host_block_cache.h"
 #include "core/log.h"
+#include "engine/device_memory.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 #include "engine/paged_forward.h"
@@ -213,7 +214,8 @@ void Engine::release_memory(bool include_weights) {
       }
       impl_->weights_released = true;
     }
-    HostBlockCache::instance().trim();  // the freed host blocks go back to the system
+    HostBlockCache::instance().trim();   // the freed host blocks go back to the system
+    return_freed_memory(impl_->device);  // CUDA: the allocator's freed blocks go to the device
   });
 }
 

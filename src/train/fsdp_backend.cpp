@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "dist/process_group.h"
+#include "engine/device_memory.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/logprobs.h"
@@ -354,6 +355,7 @@ void FsdpBackend::sleep() {
   if (!groups_->device().is_cpu()) {
     model_->to(c10::kCPU);
     optimizer_->to(c10::kCPU, /*pin_memory=*/true);
+    engine::return_freed_memory(groups_->device());  // the allocator's freed blocks too
   }
   asleep_ = true;
   HostBlockCache::instance().trim();  // host blocks freed by training go back to the system
