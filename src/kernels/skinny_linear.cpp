@@ -197,9 +197,14 @@ at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
 
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
   constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kOneDnnMaxWeight = int64_t{1} << 25;
+  // Small weights (an MoE expert's projections, a few tokens each at decode): oneDNN's fixed
+  // cost per call outweighs the GEMM, and the skinny kernel has none.
+  constexpr int64_t kSmallWeight = int64_t{1} << 20;
   const bool skinny_shape =
       x_MD.dim() == 2 && w_FD.dim() == 2 &&
-      (x_MD.size(0) == 1 || (x_MD.size(0) <= kSkinnyMaxRows && w_FD.size(0) >= kHeadMinRows));
+      (x_MD.size(0) == 1 ||
+       (x_MD.size(0) <= kSkinnyMaxRows &&
+        (w_FD.size(0) >= kHeadMinRows || w_FD.numel() < kSmallWeight)));
   if (skinny_shape && skinny_linear_supported(x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
   }
