@@ -52,4 +52,30 @@ Json threshold_row(int a, int b) {
               {"label", a + b >= 5 ? "1" : "0"}};
 }
 
+std::vector<std::string> threshold_grpo_flags(const fs::path& model, const fs::path& prompts,
+                                              int num_rollout) {
+  return {"--hf-checkpoint",
+          model.string(),
+          "--prompt-data",
+          prompts.string(),
+          "--input-key",
+          "input",
+          "--label-key",
+          "label",
+          "--rm-type",
+          "exact_match",
+          "--rollout-skip-special-tokens",
+          "--rollout-shuffle",
+          "--rollout-batch-size",
+          "8",
+          "--n-samples-per-prompt",
+          "8",
+          "--global-batch-size",
+          "64",
+          "--num-rollout",
+          std::to_string(num_rollout),
+          "--rollout-max-response-len",
+          "2"};
+}
+
 }  // namespace furlong::testing

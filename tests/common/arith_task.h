@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/json_util.h"
 
@@ -29,5 +30,12 @@ void write_arith_rows(const std::filesystem::path& path, const std::function<Jso
 
 // The threshold task: {"input": "a+b=", "label": "1" if a + b >= 5 else "0"}.
 Json threshold_row(int a, int b);
+
+// `furlong train` flags of the threshold task's GRPO runs: the model and prompts (input/label
+// keys, exact-match reward, special tokens skipped, shuffled), 8 prompts x 8 samples per
+// rollout, one global batch of 64, responses of at most 2 tokens, `num_rollout` rollouts.
+std::vector<std::string> threshold_grpo_flags(const std::filesystem::path& model,
+                                              const std::filesystem::path& prompts,
+                                              int num_rollout);
 
 }  // namespace furlong::testing

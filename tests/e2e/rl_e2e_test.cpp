@@ -47,46 +47,13 @@ const Fixture& fixture() {
 
 std::vector<std::string> grpo_flags(const fs::path& dir, int num_rollout) {
   const auto& f = fixture();
-  return {"--hf-checkpoint",
-          f.model.string(),
-          "--prompt-data",
-          f.data.string(),
-          "--input-key",
-          "input",
-          "--label-key",
-          "label",
-          "--rm-type",
-          "exact_match",
-          "--rollout-skip-special-tokens",
-          "--rollout-shuffle",
-          "--rollout-batch-size",
-          "8",
-          "--n-samples-per-prompt",
-          "8",
-          "--global-batch-size",
-          "64",
-          "--num-rollout",
-          std::to_string(num_rollout),
-          "--rollout-max-response-len",
-          "2",
-          "--rollout-temperature",
-          "1.0",
-          "--advantage-estimator",
-          "grpo",
-          "--lr",
-          "1e-2",
-          "--adam-beta2",
-          "0.99",
-          "--compute-dtype",
-          "float32",
-          "--micro-batch-size",
-          "16",
-          "--metrics-file",
-          (dir / "metrics.jsonl").string(),
-          "--num-threads",
-          "1",
-          "--engine-num-threads",
-          "1"};
+  auto flags = threshold_grpo_flags(f.model, f.data, num_rollout);
+  flags.insert(flags.end(),
+               {"--rollout-temperature", "1.0", "--advantage-estimator", "grpo", "--lr", "1e-2",
+                "--adam-beta2", "0.99", "--compute-dtype", "float32", "--micro-batch-size", "16",
+                "--metrics-file", (dir / "metrics.jsonl").string(), "--num-threads", "1",
+                "--engine-num-threads", "1"});
+  return flags;
 }
 
 std::string command_line(const std::vector<std::string>& args) {
