@@ -32,6 +32,10 @@ namespace furlong::kernels {
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
 // - one input row (batch-1 decode): skinny_linear (one row streams weights at 22-25 GB/s, the
 //   machine's read bandwidth being about 30);
+// - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
+//   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster) and for weights under
+//   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
+//   cost);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms); ATen's linear when this libtorch
 //   has no mkldnn ops; larger fp32 weights: MKL as W x^T (at 32 rows 1.4x faster than x W^T,

@@ -315,16 +315,15 @@ void FsdpBackend::check_weights_finite(const std::string& what) {
 
 void FsdpBackend::update_weights(const WeightSink& sink) {
   check_weights_finite("sync weights to the rollout engines");
-  // The engines compute in the trainer's dtype (rl_engine_dtype). Where that is narrower than
-  // the checkpoint's, the weights are sent in it: each engine then holds exactly the bits it
-  // was sent (so --check-weight-update-equal compares like with like), rounded as the engine
-  // would round them itself, and the sync moves half the bytes.
+  // The engines compute in the trainer's dtype (rl_engine_dtype), and the weights are sent in
+  // it: each engine then holds exactly the weights the trainer computes with (bf16 compute on
+  // an fp32 checkpoint: the rounded bf16 values, half the bytes; fp32 compute on a bf16
+  // checkpoint, as `auto` picks on a CPU without native bf16: the fp32 master weights, not
+  // their bf16 rounding), and --check-weight-update-equal compares like with like. Only an
+  // fp16 trainer (the engine has no fp16 path) sends the checkpoint's dtype.
   auto dtype = model_->model().config().dtype;
   const auto engine_dtype = rl_engine_dtype(options_.precision, groups_->device().str());
-  if (engine_dtype != "auto") {
-    const auto narrow = parse_dtype(engine_dtype, "the engine dtype");
-    if (c10::elementSize(narrow) < c10::elementSize(dtype)) dtype = narrow;
-  }
+  if (engine_dtype != "auto") dtype = parse_dtype(engine_dtype, "the engine dtype");
   // Colocated engines live in every engine group's rank: each rank takes its gathered copy.
   const bool deliver = groups_->world().rank() == 0 || options_.rollout.colocate;
   const int64_t bucket_bytes = std::max<int64_t>(1, options_.rollout.update_weight_buffer_size);

@@ -263,16 +263,23 @@ TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
   EXPECT_NE(r2.output.find("--ref-load"), std::string::npos) << r2.output;
 }
 
-// The dtype named in the first line of `output` that contains `marker`, right after it.
+// The first dtype named after `marker` in the first line of `output` that contains it (the
+// trainer's line goes on to explain the choice, naming other dtypes: "float32 (auto: cpu has no
+// native bfloat16 arithmetic ...)").
 std::string logged_dtype(const std::string& output, const std::string& marker) {
   const auto at = output.find(marker);
   if (at == std::string::npos) return "";
+  const auto end = output.find('\n', at);
+  std::string first;
+  size_t first_at = std::string::npos;
   for (const char* name : {"bfloat16", "float32", "float16"}) {
-    const auto end = output.find('\n', at);
     const auto found = output.find(name, at + marker.size());
-    if (found != std::string::npos && found < end) return name;
+    if (found < end && found < first_at) {
+      first = name;
+      first_at = found;
+    }
   }
-  return "";
+  return first;
 }
 
 // By default the engine computes in the trainer's dtype (both log it): the trainer's auto is
