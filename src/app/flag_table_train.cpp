@@ -391,6 +391,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_data_flags(f, o.data);
   add_rollout_flags(f, o.rollout);
   add_rollout_layout_flags(f, o.rollout);
+  add_partial_and_async_flags(f, o.rollout);
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);
   add_moe_flags(f, o.moe);

@@ -164,6 +164,16 @@ void RolloutBuffer::add(std::vector<SampleGroup> groups, int64_t rollout_id) {
   }
 }
 
+void RolloutBuffer::restore(std::vector<SampleGroup> groups) {
+  groups_.clear();
+  for (auto& group : groups) {
+    FURLONG_CHECK(static_cast<int64_t>(group.size()) == n_samples_,
+                  "a saved partial-rollout group has ", group.size(),
+                  " samples; this run has --n-samples-per-prompt ", n_samples_);
+    groups_.push_back(std::move(group));
+  }
+}
+
 std::vector<SampleGroup> RolloutBuffer::pop(int64_t count) {
   std::vector<SampleGroup> out;
   while (count-- > 0 && !groups_.empty()) {

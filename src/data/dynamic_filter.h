@@ -1,6 +1,6 @@
 // Dynamic sampling (miles' dynamic_sampling_filters): filters that accept or reject a finished
 // group, the bookkeeping of a collection step that over-samples until `rollout_batch_size`
-// groups are kept, and a FIFO buffer for aborted groups (partial rollouts: no flag uses it yet).
+// groups are kept, and a FIFO buffer for aborted groups (--partial-rollout).
 // Pure functions over groups of rl::Sample; a group's reward is its samples' raw_reward (the
 // reward-key-selected value).
 #pragma once
@@ -83,9 +83,9 @@ class GroupCollector {
 int64_t resolve_over_sampling_batch_size(int64_t rollout_batch_size,
                                          std::optional<int64_t> over_sampling_batch_size);
 
-// Groups aborted at the end of a step can wait here (FIFO) to be served before fresh prompts
-// (miles' partial rollouts; furlong has no flag that reaches this yet). Each sample gets
-// metadata.start_rollout_id (kept if already set).
+// Groups aborted at the end of a step wait here (FIFO) to be served before fresh prompts
+// (--partial-rollout, RolloutCollector). Each sample gets metadata.start_rollout_id (kept if
+// already set).
 class RolloutBuffer {
  public:
   explicit RolloutBuffer(int64_t n_samples_per_prompt);
@@ -94,6 +94,10 @@ class RolloutBuffer {
   // Up to `count` groups, oldest first.
   std::vector<SampleGroup> pop(int64_t count);
   int64_t size() const { return static_cast<int64_t>(groups_.size()); }
+  // The waiting groups, oldest first (the trainer checkpoints them).
+  const std::deque<SampleGroup>& groups() const { return groups_; }
+  // Replaces the contents (a resumed run's saved groups; same size rule as add).
+  void restore(std::vector<SampleGroup> groups);
 
  private:
   int64_t n_samples_;

@@ -6,6 +6,15 @@
 
 namespace furlong::data {
 
+void fill_weight_versions(rl::Sample& sample, int64_t version_if_none) {
+  auto& versions = sample.weight_versions;
+  FURLONG_CHECK(static_cast<int64_t>(versions.size()) <= sample.response_length, "sample ",
+                sample.index, ": ", versions.size(), " weight versions for a response of ",
+                sample.response_length, " tokens");
+  const int64_t fill = versions.empty() ? version_if_none : versions.back();
+  versions.resize(static_cast<size_t>(sample.response_length), fill);
+}
+
 rl::SampleStatus status_from_finish_reason(std::string_view finish_reason) {
   if (finish_reason == "stop") return rl::SampleStatus::kCompleted;
   if (finish_reason == "length") return rl::SampleStatus::kTruncated;
@@ -34,12 +43,15 @@ void append_response(rl::Sample& sample, const GeneratedResponse& output, int64_
       sample.rollout_log_probs.size() == sample.loss_mask.size() || output.log_probs.empty(),
       "sample ", sample.index,
       ": log-probs are missing for earlier response tokens; cannot append more");
+  fill_weight_versions(sample, output.weight_version);
   rl::SampleStatus status = status_from_finish_reason(output.finish_reason);
   sample.tokens.insert(sample.tokens.end(), output.token_ids.begin(), output.token_ids.end());
   sample.response_length += n;
   sample.loss_mask.insert(sample.loss_mask.end(), static_cast<size_t>(n), 1.0f);
   sample.rollout_log_probs.insert(sample.rollout_log_probs.end(), output.log_probs.begin(),
                                   output.log_probs.end());
+  sample.weight_versions.insert(sample.weight_versions.end(), static_cast<size_t>(n),
+                                output.weight_version);
   sample.response += output.text;
   sample.status = status;
 }
@@ -52,6 +64,27 @@ rl::Sample make_sample(const std::vector<int64_t>& prompt_ids, const GeneratedRe
   sample.response_length = 0;
   append_response(sample, output, max_new_tokens);
   return sample;
+}
+
+bool needs_generation(const rl::Sample& sample) {
+  return sample.status == rl::SampleStatus::kPending || sample.status == rl::SampleStatus::kAborted;
+}
+
+void mask_offpolicy_prefix(rl::Sample& sample) {
+  std::fill(sample.loss_mask.begin(), sample.loss_mask.end(), 0.0f);
+}
+
+void restart_sample(rl::Sample& sample) {
+  sample.tokens.resize(static_cast<size_t>(sample.prompt_length()));
+  sample.response_length = 0;
+  sample.loss_mask.clear();
+  sample.rollout_log_probs.clear();
+  sample.weight_versions.clear();
+  sample.routed_experts = {};
+  sample.response.clear();
+  sample.status = rl::SampleStatus::kPending;
+  sample.raw_reward = 0.0;
+  sample.reward = 0.0;
 }
 
 void mark_no_budget(rl::Sample& sample) {

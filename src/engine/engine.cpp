@@ -41,6 +41,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The random generator of one seeded draw: keyed on the request's seed and the position of the
+// token being drawn (as SGLang's sampling_seed), so a request continued from its prompt plus
+// its first k tokens with the same seed draws what the uninterrupted request drew (partial
+// rollouts). A splitmix64 finalizer decorrelates neighbouring positions and seeds.
+std::mt19937_64 positional_rng(uint64_t seed, size_t position) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(position) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return std::mt19937_64(z ^ (z >> 31));
+}
+
 constexpr int64_t kMaxThreads = 1 << 16;  // set_num_threads takes an int
 
 // eos ids: the tokenizer's eos token plus generation_config.json's eos_token_id (int or list).
@@ -393,7 +404,12 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
                         s.sampling.stop_token_ids.end());
       apply_penalties(row_V, s.sampling, s.generated_counts,
                       static_cast<int64_t>(s.out.output_ids.size()), stop_ids);
-      chosen[i] = sample_token(row_V, s.sampling, seqs[i]->rng);
+      if (s.sampling.seed) {
+        auto rng = positional_rng(*s.sampling.seed, s.tokens.size());
+        chosen[i] = sample_token(row_V, s.sampling, rng);
+      } else {
+        chosen[i] = sample_token(row_V, s.sampling, seqs[i]->rng);
+      }
     }
     auto logprobs = step_logprobs(seqs, logits_BV, chosen);
     // Penalized rows report the distribution they were drawn from (SGLang's convention).

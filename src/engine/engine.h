@@ -44,7 +44,10 @@ struct SamplingParams {
   std::vector<int64_t> stop_token_ids;  // in addition to the tokenizer's eos ids
   std::vector<std::string> stop;        // stop strings (matched on the decoded text)
   bool ignore_eos = false;
-  std::optional<uint64_t> seed;  // same seed + same prompt => same output, whatever the batch
+  // Same seed + same prompt => same output, whatever the batch. Each draw depends on the seed
+  // and the drawn token's position only, so continuing prompt + the first k output tokens with
+  // the same seed reproduces the rest of the output (SGLang's sampling_seed).
+  std::optional<uint64_t> seed;
   // Text-output options (SGLang's): they change the decoded text, never the ids.
   bool skip_special_tokens = true;  // drop special tokens from decoded text
   bool no_stop_trim = false;        // keep a matched stop string at the end of the text

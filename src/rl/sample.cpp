@@ -11,6 +11,13 @@ double Sample::mask_sum() const {
   return s;
 }
 
+int64_t Sample::oldest_weight_version(int64_t fallback) const {
+  if (weight_versions.empty()) return fallback;
+  int64_t oldest = weight_versions.front();
+  for (int64_t v : weight_versions) oldest = v < oldest ? v : oldest;
+  return oldest;
+}
+
 void validate_sample(const Sample& s, const std::string& where) {
   FURLONG_CHECK(
       s.response_length >= 0 && s.response_length <= static_cast<int64_t>(s.tokens.size()), where,
@@ -23,6 +30,10 @@ void validate_sample(const Sample& s, const std::string& where) {
   FURLONG_CHECK(s.rollout_log_probs.empty() ||
                     static_cast<int64_t>(s.rollout_log_probs.size()) == s.response_length,
                 where, ": rollout_log_probs has ", s.rollout_log_probs.size(),
+                " entries for a response of ", s.response_length, " tokens");
+  FURLONG_CHECK(s.weight_versions.empty() ||
+                    static_cast<int64_t>(s.weight_versions.size()) == s.response_length,
+                where, ": weight_versions has ", s.weight_versions.size(),
                 " entries for a response of ", s.response_length, " tokens");
   const auto& r = s.routed_experts;
   if (!r.empty()) {

@@ -23,7 +23,11 @@ struct Sample {
   int64_t response_length = 0;
   std::vector<float> loss_mask;          // response_length entries, 0 or 1
   std::vector<float> rollout_log_probs;  // response_length entries (RL; may be empty)
-  double reward = 0.0;                   // after group normalization (RL)
+  // The engine weight version that produced each response token (response_length entries, or
+  // empty when unknown). A partial rollout resumed under newer weights holds several versions;
+  // tokens that are not the model's (loss mask 0 turns) carry the version of the turn before.
+  std::vector<int64_t> weight_versions;
+  double reward = 0.0;  // after group normalization (RL)
   double raw_reward = 0.0;
   SampleStatus status = SampleStatus::kCompleted;
   bool remove = false;  // excluded from the loss (mask treated as zeros)
@@ -39,6 +43,8 @@ struct Sample {
   int64_t prompt_length() const { return static_cast<int64_t>(tokens.size()) - response_length; }
   // Sum of the loss mask (the per-sample loss denominator, at least 1 when used).
   double mask_sum() const;
+  // The oldest weight version among the response tokens; `fallback` when none is recorded.
+  int64_t oldest_weight_version(int64_t fallback) const;
 };
 
 // Checks the invariants above; `where` names the sample in errors.

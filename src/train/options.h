@@ -183,6 +183,17 @@ struct RolloutOptions {
   bool check_weight_update_equal = false;
   int64_t update_weight_buffer_size = int64_t{512} << 20;
   std::optional<int64_t> debug_exit_after_rollout;
+  // Partial rollouts (miles' --partial-rollout): groups still generating when a rollout has
+  // enough are aborted into a buffer and continue in a later rollout (train/rollout_collector.h).
+  bool partial_rollout = false;
+  bool mask_offpolicy_in_partial_rollout = false;  // older-weight prefix gets loss mask 0
+  // A buffered sample whose oldest token is more than this many versions behind the engines'
+  // weights starts over from its prompt (unset: never).
+  std::optional<int64_t> max_weight_staleness;
+  // One-step-off-policy training (miles' train_async.py): rollout k+1 generates while rollout k
+  // trains; the engines get new weights every update_weights_interval rollouts.
+  bool train_async = false;
+  int64_t update_weights_interval = 1;
 };
 
 struct EvalOptions {

@@ -240,6 +240,11 @@ class RemoteEngines : public RolloutEngines {
     }
   }
 
+  void end_abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.empty()) aborting_ = false;  // after a failure the run ends at rethrow_errors()
+  }
+
   int64_t sync_weights(TrainBackend& backend, int64_t version, bool check_equal) override {
     int64_t bytes = 0;
     std::vector<std::pair<std::string, uint64_t>> sent;  // per-tensor digests, all buckets

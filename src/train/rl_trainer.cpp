@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
 #include "core/files.h"
 #include "core/log.h"
@@ -15,6 +18,7 @@
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/backend.h"
+#include "train/background_rollout.h"
 #include "train/driver.h"
 #include "train/engine_layout.h"
 #include "train/rollout_collector.h"
@@ -58,6 +62,7 @@ Json sample_to_json(const rl::Sample& s) {
             {"r", s.response_length}, {"m", s.loss_mask},    {"lp", s.rollout_log_probs},
             {"rw", s.reward},         {"raw", s.raw_reward}, {"s", static_cast<int>(s.status)},
             {"rm", s.remove}};
+  if (!s.weight_versions.empty()) j["wv"] = s.weight_versions;
   // R3: the engine's expert ids, every row (the last one's -1 too), as base64 of the int32s.
   if (const auto& r = s.routed_experts; !r.empty()) {
     j["re"] = {{"layers", r.num_layers},
@@ -79,6 +84,7 @@ rl::Sample sample_from_json(const Json& j) {
   s.raw_reward = j["raw"].get<double>();
   s.status = static_cast<rl::SampleStatus>(j["s"].get<int>());
   s.remove = j["rm"].get<bool>();
+  if (j.contains("wv")) s.weight_versions = j["wv"].get<std::vector<int64_t>>();
   if (j.contains("re")) {
     const auto& r = j["re"];
     s.routed_experts.num_layers = r["layers"].get<int64_t>();
@@ -90,19 +96,32 @@ rl::Sample sample_from_json(const Json& j) {
   return s;
 }
 
+// A sample with the rollout-side fields too (prompt, response, label, metadata): what
+// --save-debug-rollout-data and the partial-rollout buffer in a checkpoint hold.
+Json sample_to_full_json(const rl::Sample& s) {
+  auto j = sample_to_json(s);
+  j["label"] = s.label;
+  j["metadata"] = s.metadata;
+  j["prompt"] = s.prompt;
+  j["response"] = s.response;
+  return j;
+}
+
+rl::Sample sample_from_full_json(const Json& j) {
+  auto s = sample_from_json(j);
+  s.label = j.value("label", std::string());
+  s.metadata = j.value("metadata", Json::object());
+  s.prompt = j.value("prompt", Json());
+  s.response = j.value("response", std::string());
+  return s;
+}
+
 // --save-debug-rollout-data: one rollout's samples as JSON (the training fields plus the
 // prompt, response, label and metadata), read back by load_debug_rollout.
 void save_debug_rollout(const TrainOptions& o, int64_t rollout_id,
                         const std::vector<rl::Sample>& samples) {
   Json all = Json::array();
-  for (const auto& s : samples) {
-    auto j = sample_to_json(s);
-    j["label"] = s.label;
-    j["metadata"] = s.metadata;
-    j["prompt"] = s.prompt;
-    j["response"] = s.response;
-    all.push_back(std::move(j));
-  }
+  for (const auto& s : samples) all.push_back(sample_to_full_json(s));
   const auto path = format_debug_rollout_path(*o.debug.save_debug_rollout_data, rollout_id);
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
@@ -127,12 +146,7 @@ std::vector<rl::Sample> load_debug_rollout(const TrainOptions& o, int64_t rollou
   std::vector<rl::Sample> samples;
   for (const auto& j : doc["samples"]) {
     try {
-      auto s = sample_from_json(j);
-      s.label = j.value("label", std::string());
-      s.metadata = j.value("metadata", Json::object());
-      s.prompt = j.value("prompt", Json());
-      s.response = j.value("response", std::string());
-      samples.push_back(std::move(s));
+      samples.push_back(sample_from_full_json(j));
     } catch (const Json::exception& e) {
       FURLONG_FAIL("--load-debug-rollout-data: ", path, ": sample ", samples.size(),
                    " is malformed: ", e.what());
@@ -189,7 +203,50 @@ struct Driver {
   std::unique_ptr<RolloutCollector> collector;
   std::vector<RolloutCollector::EvalSet> evals;
   std::unique_ptr<metrics::MetricsLogger> logger;
+  // The data position (data source and partial-rollout buffer) right after the last rollout
+  // handed to training: what a checkpoint of that rollout saves (with --train-async the next
+  // rollout has already taken its prompts when the save runs).
+  Json position;
 };
+
+// --partial-rollout: the buffered groups as lists of full samples.
+Json buffer_state(const data::RolloutBuffer& buffer) {
+  Json groups = Json::array();
+  for (const auto& group : buffer.groups()) {
+    Json g = Json::array();
+    for (const auto& s : group) g.push_back(sample_to_full_json(s));
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+void restore_buffer(data::RolloutBuffer* buffer, const Json& groups) {
+  if (groups.empty()) return;
+  if (buffer == nullptr) {
+    LOG_INFO("the checkpoint holds ", groups.size(),
+             " partial-rollout group(s); this run has no --partial-rollout, so they are dropped");
+    return;
+  }
+  std::vector<data::SampleGroup> restored;
+  for (const auto& g : groups) {
+    restored.emplace_back();
+    for (const auto& j : g) {
+      restored.back().push_back(sample_from_full_json(j));
+      rl::validate_sample(restored.back().back(), "checkpoint partial-rollout buffer");
+    }
+  }
+  buffer->restore(std::move(restored));
+  LOG_INFO("partial rollouts: ", buffer->size(), " buffered group(s) restored from the checkpoint");
+}
+
+// The driver's data position now (see Driver::position).
+Json data_position(Driver& d) {
+  Json position = {{"data_source", d.source->state()}};
+  if (d.collector && d.collector->partial_buffer()) {
+    position["partial_rollout_buffer"] = buffer_state(*d.collector->partial_buffer());
+  }
+  return position;
+}
 
 // One RL job on this rank, built in place by start_rl_run (its parts keep references to
 // `options` and to each other, so it never moves); run_rl drives it.
@@ -272,9 +329,15 @@ void start_driver(RlRun& run) {
   auto state = run.backend ? run.backend->loaded_driver_state() : Json::object();
   if (state.contains("data_source")) d.source->load_state(state["data_source"]);
   d.logger = make_metrics_logger(o, run.start, /*console_table=*/true);
-  if (!run.engines) return;  // --debug-train-only: rollouts come from files
+  if (!run.engines) {  // --debug-train-only: rollouts come from files
+    d.position = data_position(d);
+    return;
+  }
   d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
                                                    make_reward_fn(o));
+  restore_buffer(d.collector->partial_buffer(),
+                 state.value("partial_rollout_buffer", Json::array()));
+  d.position = data_position(d);
   for (const auto& [name, path] : eval_sets(o.eval.eval_prompt_data)) {
     d.evals.push_back({name, std::make_unique<data::PromptDataset>(prompt_options(o, path, false),
                                                                    *d.tokenizer, d.chat.get())});
@@ -322,6 +385,7 @@ void sync_weights(RlRun& run, int64_t version) {
   run.synced_bytes = run.engines->sync_weights(*run.backend, version,
                                                run.options.rollout.check_weight_update_equal);
   run.synced_seconds = watch.seconds();
+  if (run.root() && run.driver.collector) run.driver.collector->set_engine_weight_version(version);
 }
 
 bool eval_due(RlRun& run, int64_t rollout_id, bool baseline) {
@@ -341,6 +405,29 @@ void maybe_eval(RlRun& run, int64_t rollout_id, bool baseline, Metrics& m) {
 // Rank 0 generates and grades the rollout; every rank then holds the same samples.
 // --load-debug-rollout-data replaces generation by the saved samples of `rollout_id`;
 // --save-debug-rollout-data writes what was used.
+// Rank 0, once rollout `rollout_id` is collected: its metrics, how old its tokens' weights are
+// against the weights that train on it (version rollout_id: the trainer has made rollout_id
+// updates), the data position a checkpoint of this rollout saves, and the debug dump.
+void take_rollout(RlRun& run, int64_t rollout_id, RolloutResult&& result,
+                  std::vector<rl::Sample>& samples, Metrics& m) {
+  samples = std::move(result.samples);
+  for (const auto& [k, v] : result.metrics) m[k] = v;
+  double lag_sum = 0, lag_count = 0, lag_max = 0;
+  for (const auto& s : samples) {
+    for (int64_t v : s.weight_versions) {
+      const auto lag = static_cast<double>(rollout_id - v);
+      lag_sum += lag;
+      lag_count += 1;
+      lag_max = std::max(lag_max, lag);
+    }
+  }
+  if (lag_count > 0) {
+    m["train/staleness_mean"] = lag_sum / lag_count;
+    m["train/staleness_max"] = lag_max;
+  }
+  if (run.driver.source) run.driver.position = data_position(run.driver);
+}
+
 std::vector<rl::Sample> collect_rollout(RlRun& run, int64_t rollout_id, Metrics& m) {
   std::vector<rl::Sample> samples;
   const auto& debug = run.options.debug;
@@ -348,9 +435,7 @@ std::vector<rl::Sample> collect_rollout(RlRun& run, int64_t rollout_id, Metrics&
     samples = load_debug_rollout(run.options, rollout_id);
   } else if (!debug.load_debug_rollout_data && run.engines) {
     run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
-      auto result = run.driver.collector->collect();
-      samples = std::move(result.samples);
-      for (const auto& [k, v] : result.metrics) m[k] = v;
+      take_rollout(run, rollout_id, run.driver.collector->collect(rollout_id), samples, m);
     });
   }
   if (run.root() && debug.save_debug_rollout_data)
@@ -371,7 +456,7 @@ void maybe_save(RlRun& run, int64_t rollout_id, Metrics& m) {
   if (!run.backend || !save_due(run.options, rollout_id, run.world())) return;
   ScopedTimer timer(m, "perf/save_model_time");
   Json state = Json::object();
-  if (run.root()) state["data_source"] = run.driver.source->state();
+  if (run.root()) state = run.driver.position;
   run.backend->save_model(rollout_id, state);
   if (run.root()) remove_save_sentinel(run.options);
 }
@@ -420,7 +505,10 @@ void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>&
   for (int64_t j = 0; j < per_rollout; ++j) {
     rows.push_back(train_row(steps[static_cast<size_t>(j)], rollout_id * per_rollout + j, m));
   }
-  m["perf/step_time"] = m["perf/rollout_time"] + m["perf/train_time"];
+  // The synchronous loop's step is generation then training; --train-async measures its own
+  // (the wall time of the iteration, generation overlapping training).
+  if (!m.count("perf/step_time"))
+    m["perf/step_time"] = m["perf/rollout_time"] + m["perf/train_time"];
   m["rollout/step"] = static_cast<double>(rollout_id);
   if (per_rollout == 1) {
     m.insert(rows.front().begin(), rows.front().end());
@@ -432,14 +520,11 @@ void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>&
   log_metrics(*run.driver.logger, rollout_id, m);
 }
 
-}  // namespace
-
-int run_rl(TrainOptions options) {
-  RlRun run;
-  start_rl_run(run, std::move(options));
-  sync_weights(run, run.start);  // engines never serve the raw --hf-checkpoint weights (miles)
+// miles' train.py: generate, train, save, sync, eval, one after the other.
+void run_sync_loop(RlRun& run) {
   for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
     Metrics m;
+    Stopwatch iteration;
     maybe_eval(run, rollout_id, /*baseline=*/true, m);  // logged with this rollout's row
     auto samples = collect_rollout(run, rollout_id, m);
     if (run.offload.rollout && run.engines) run.engines->release_memory();
@@ -450,7 +535,100 @@ int run_rl(TrainOptions options) {
     hand_memory_to_engine(run, m);
     sync_weights(run, rollout_id + 1);
     maybe_eval(run, rollout_id, /*baseline=*/false, m);
+    m["perf/iteration_time"] = iteration.seconds();
     log_rollout(run, rollout_id, steps, m);
+  }
+}
+
+// --train-async: the rollout's samples on every rank. Rank 0 takes them from the background
+// collection (waiting for it if it is still generating) or from `ready` (joined earlier, before
+// a weight sync or an eval).
+std::vector<rl::Sample> take_async_rollout(RlRun& run, int64_t rollout_id, BackgroundRollout& bg,
+                                           std::optional<RolloutResult>& ready, Metrics& m) {
+  std::vector<rl::Sample> samples;
+  if (run.root()) {
+    double waited = 0;
+    if (!ready) {
+      FURLONG_ASSERT(bg.pending() && bg.rollout_id() == rollout_id, "internal: rollout ",
+                     rollout_id, " was not started");
+      ready = bg.join(&waited);
+    }
+    m["perf/wait_rollout_time"] = waited;
+    take_rollout(run, rollout_id, std::move(*ready), samples, m);
+    ready.reset();
+    if (run.options.debug.save_debug_rollout_data)
+      save_debug_rollout(run.options, rollout_id, samples);
+  }
+  broadcast_samples(samples, run.world());
+  return samples;
+}
+
+// Rank 0: rollout `rollout_id` starts generating in the background with the engines' current
+// weights.
+void start_async_rollout(RlRun& run, int64_t rollout_id, BackgroundRollout& bg) {
+  if (!run.root() || rollout_id >= run.stop) return;
+  auto* collector = run.driver.collector.get();
+  bg.start(rollout_id, [collector, rollout_id] { return collector->collect(rollout_id); });
+}
+
+// Rank 0: the background rollout, if any, is finished and kept in `ready` (the engines must be
+// idle for a weight sync or an eval).
+void finish_async_rollout(RlRun& run, BackgroundRollout& bg, std::optional<RolloutResult>& ready,
+                          Metrics& m) {
+  if (!run.root() || !bg.pending()) return;
+  double waited = 0;
+  ready = bg.join(&waited);
+  m["perf/wait_rollout_time"] += waited;
+}
+
+// miles' train_async.py (one step off policy): rollout k+1 generates on the engine servers
+// while every rank trains on rollout k. Every --update-weights-interval rollouts the trainer
+// waits for the generation in flight, then sends the new weights, so no sync happens mid-
+// generation and a rollout's tokens come from weights at most that many updates old.
+void run_async_loop(RlRun& run) {
+  const int64_t interval = run.options.rollout.update_weights_interval;
+  BackgroundRollout bg;
+  std::optional<RolloutResult> ready;  // rank 0: a joined rollout not yet trained on
+  Metrics baseline;                    // logged with the first rollout's row
+  if (run.start < run.stop) maybe_eval(run, run.start, /*baseline=*/true, baseline);
+  start_async_rollout(run, run.start, bg);
+  for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
+    Metrics m = std::exchange(baseline, {});
+    Stopwatch iteration;
+    auto samples = take_async_rollout(run, rollout_id, bg, ready, m);
+    start_async_rollout(run, rollout_id + 1, bg);  // generates while this one trains
+    auto steps = train_on(run, rollout_id, samples, m);
+    m["perf/update_weights_time"] = run.synced_seconds;  // the previous sync (miles)
+    m["perf/update_weights_bytes"] = static_cast<double>(run.synced_bytes);
+    maybe_save(run, rollout_id, m);
+    if ((rollout_id + 1) % interval == 0) {
+      finish_async_rollout(run, bg, ready, m);
+      sync_weights(run, rollout_id + 1);
+    }
+    if (eval_due(run, rollout_id, /*baseline=*/false)) finish_async_rollout(run, bg, ready, m);
+    maybe_eval(run, rollout_id, /*baseline=*/false, m);
+    m["perf/iteration_time"] = iteration.seconds();
+    m["perf/step_time"] = m["perf/iteration_time"];
+    log_rollout(run, rollout_id, steps, m);
+  }
+}
+
+}  // namespace
+
+int run_rl(TrainOptions options) {
+  RlRun run;
+  start_rl_run(run, std::move(options));
+  sync_weights(run, run.start);  // engines never serve the raw --hf-checkpoint weights (miles)
+  if (run.options.rollout.train_async) {
+    if (run.root()) {
+      LOG_INFO(
+          "--train-async: rollout k+1 generates while rollout k trains; weights go to the "
+          "engines every ",
+          run.options.rollout.update_weights_interval, " rollout(s)");
+    }
+    run_async_loop(run);
+  } else {
+    run_sync_loop(run);
   }
   if (run.root()) finish_metrics(run.options, run.driver.logger, "furlong RL run");
   run.world().barrier();

@@ -102,7 +102,11 @@ RolloutCollector::RolloutCollector(const TrainOptions& options, RolloutEngines& 
       engines_(engines),
       source_(source),
       tokenizer_(tokenizer),
-      reward_(std::move(reward)) {}
+      reward_(std::move(reward)) {
+  if (options.rollout.partial_rollout) {
+    partial_buffer_ = std::make_unique<data::RolloutBuffer>(options.data.n_samples_per_prompt);
+  }
+}
 
 std::string RolloutCollector::decode_text(const std::vector<int64_t>& ids) const {
   return tokenizer_.decode(ids, options_.rollout.rollout_skip_special_tokens);
@@ -124,7 +128,8 @@ engine::SamplingParams RolloutCollector::sampling_params(bool eval) const {
 
 void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> groups,
                                        const engine::SamplingParams& params,
-                                       const GroupConsumer& consume, bool routed_experts) {
+                                       const GroupConsumer& consume, bool routed_experts,
+                                       const GroupSink& leftover) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int64_t> remaining(groups.size());
@@ -147,11 +152,13 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     remaining[gi] = static_cast<int64_t>(groups[gi].size());
     for (auto& sample : groups[gi]) {
-      const int64_t budget =
-          data::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()), 0,
-                                   params.max_new_tokens, options_.rollout.rollout_max_context_len);
-      if (budget <= 0) {  // no token budget: truncated without a request (miles)
-        data::mark_no_budget(sample);
+      // A partial sample continues from its tokens with the budget it has left (miles).
+      const int64_t budget = data::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()),
+                                                      sample.response_length, params.max_new_tokens,
+                                                      options_.rollout.rollout_max_context_len);
+      const bool send = data::needs_generation(sample) && budget > 0;
+      if (!send) {  // finished in an earlier rollout, or no token budget: no request (miles)
+        if (data::needs_generation(sample)) data::mark_no_budget(sample);
         std::lock_guard<std::mutex> lock(mu);
         if (--remaining[gi] == 0) finish_group(gi);
         continue;
@@ -178,7 +185,8 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
               .token_ids = out.output_ids,
               .log_probs = out.output_logprobs,
               .finish_reason = engine::finish_reason_name(out.finish_reason),
-              .text = decode_text(out.output_ids)};
+              .text = decode_text(out.output_ids),
+              .weight_version = out.weight_version};
           data::append_response(*target, response, budget);
           target->metadata["weight_version"] = out.weight_version;
           take_routed_experts(*target, std::move(out), routed_experts);
@@ -211,7 +219,10 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
     }
     lock.unlock();
     bar.advance(static_cast<int64_t>(groups[gi].size()));
-    if (stopped) continue;  // aborted leftovers after the consumer had enough
+    if (stopped) {  // aborted (or late) leftovers after the consumer had enough
+      if (leftover) leftover(std::move(groups[gi]));
+      continue;
+    }
     if (consume(std::move(groups[gi]))) {
       stopped = true;
       engines_.abort_all();
@@ -219,10 +230,54 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   }
   bar.finish();
   engines_.rethrow_errors();
+  if (stopped) engines_.end_abort();  // every request of this round has returned
   FURLONG_CHECK(callback_error.empty(), "rollout: ", callback_error);
 }
 
-RolloutResult RolloutCollector::collect() {
+std::vector<data::SampleGroup> RolloutCollector::next_refill(int64_t num_groups,
+                                                             std::map<std::string, double>& m) {
+  auto groups = source_.next_groups(num_groups, partial_buffer_.get());
+  const auto& r = options_.rollout;
+  for (auto& group : groups) {
+    for (auto& s : group) {
+      if (s.response_length == 0 || !data::needs_generation(s)) continue;
+      const int64_t lag = engine_weight_version_ - s.oldest_weight_version(engine_weight_version_);
+      if (r.max_weight_staleness && lag > *r.max_weight_staleness) {
+        data::restart_sample(s);  // too stale to continue: from the prompt again
+        m["rollout/partial/restarted_samples"] += 1;
+        continue;
+      }
+      if (r.mask_offpolicy_in_partial_rollout) data::mask_offpolicy_prefix(s);
+      m["rollout/partial/resumed_samples"] += 1;
+      m["rollout/partial/resumed_tokens"] += static_cast<double>(s.response_length);
+    }
+  }
+  return groups;
+}
+
+std::map<std::string, double> weight_version_metrics(const std::vector<rl::Sample>& samples) {
+  std::map<std::string, double> m;
+  double sum = 0, count = 0, mixed = 0, with_versions = 0;
+  int64_t lo = 0, hi = 0;
+  for (const auto& s : samples) {
+    if (s.weight_versions.empty()) continue;
+    const auto [a, b] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
+    lo = with_versions == 0 ? *a : std::min(lo, *a);
+    hi = with_versions == 0 ? *b : std::max(hi, *b);
+    with_versions += 1;
+    mixed += *a != *b ? 1.0 : 0.0;
+    for (int64_t v : s.weight_versions) sum += static_cast<double>(v);
+    count += static_cast<double>(s.weight_versions.size());
+  }
+  if (with_versions == 0) return m;
+  m["rollout/weight_version/min"] = static_cast<double>(lo);
+  m["rollout/weight_version/max"] = static_cast<double>(hi);
+  m["rollout/weight_version/mean"] = sum / count;
+  m["rollout/weight_version/mixed_ratio"] = mixed / with_versions;
+  return m;
+}
+
+RolloutResult RolloutCollector::collect(int64_t rollout_id) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t target = *options_.data.rollout_batch_size;
   const int64_t per_refill =
@@ -234,9 +289,15 @@ RolloutResult RolloutCollector::collect() {
   int64_t generated_groups = 0, zero_std_groups = 0;
   const auto params = sampling_params(/*eval=*/false);
   const bool routed = options_.moe.use_rollout_routing_replay;
+  // --partial-rollout: what is still in flight at the abort waits for the next rollout.
+  std::vector<data::SampleGroup> unfinished;
+  GroupSink keep_unfinished;
+  if (partial_buffer_) {
+    keep_unfinished = [&](std::vector<rl::Sample>&& g) { unfinished.push_back(std::move(g)); };
+  }
   while (!collector.done()) {
     generate_groups(
-        source_.next_groups(per_refill), params,
+        next_refill(per_refill, metrics), params,
         [&](std::vector<rl::Sample>&& group) {
           ++generated_groups;
           std::vector<rl::Sample*> ptrs;
@@ -250,13 +311,23 @@ RolloutResult RolloutCollector::collect() {
           collector.offer(std::move(group));
           return collector.done();
         },
-        routed);
+        routed, keep_unfinished);
     FURLONG_CHECK(collector.done() || generated_groups < 100 * target + 1000,
                   "dynamic sampling kept only ", collector.num_kept(), " of ", target,
                   " groups after ", generated_groups,
                   " generated: the filter rejects almost everything (check the rewards)");
   }
   for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
+  if (partial_buffer_) {
+    for (const auto& g : unfinished) {
+      for (const auto& s : g) {
+        metrics["rollout/partial/buffered_samples"] += 1;
+        metrics["rollout/partial/buffered_tokens"] += static_cast<double>(s.response_length);
+      }
+    }
+    partial_buffer_->add(std::move(unfinished), rollout_id);
+    metrics["rollout/partial/buffer_groups"] = static_cast<double>(partial_buffer_->size());
+  }
   RolloutResult result;
   std::vector<std::vector<double>> group_raw;  // pass@k
   // In prompt order, whatever order the groups finished in: a rerun (or a run on other
@@ -306,6 +377,7 @@ RolloutResult RolloutCollector::collect() {
   for (const auto& [k, v] : pass_at_k(group_raw)) {
     metrics["passrate/pass@" + std::to_string(k)] = v;
   }
+  for (const auto& [k, v] : weight_version_metrics(result.samples)) metrics[k] = v;
   result.metrics = std::move(metrics);
   return result;
 }

@@ -4,6 +4,10 @@
 // --over-sampling-batch-size groups per refill, aborting what is still in flight once the
 // target is reached), and report rollout/* metrics. Also the eval pass (mean reward and pass@k
 // per eval dataset).
+// With --partial-rollout the groups still in flight at the abort (unfinished samples with their
+// tokens, log-probs and weight versions; finished ones as they are) wait in a buffer and are
+// served first by the next collect(), where unfinished samples continue from their tokens with
+// the budget that is left.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +43,15 @@ class RolloutCollector {
   RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
                    data::RolloutDataSource& source, const tokenizer::Tokenizer& tokenizer,
                    RewardFn reward);
-  RolloutResult collect();
+  // One training rollout; `rollout_id` tags samples that go to the partial-rollout buffer
+  // (metadata.start_rollout_id).
+  RolloutResult collect(int64_t rollout_id = 0);
+  // The partial-rollout buffer (null without --partial-rollout): its groups are part of the
+  // resumable state (the trainer saves them with the data source).
+  data::RolloutBuffer* partial_buffer() { return partial_buffer_.get(); }
+  // The engines' current weight version (after each sync): --max-weight-staleness measures
+  // buffered samples against it.
+  void set_engine_weight_version(int64_t version) { engine_weight_version_ = version; }
 
   struct EvalSet {
     std::string name;
@@ -52,15 +64,22 @@ class RolloutCollector {
  private:
   // Takes a finished group; returns true when it has enough (the rest is then aborted).
   using GroupConsumer = std::function<bool(std::vector<rl::Sample>&&)>;
+  // Takes a group left over once the consumer had enough (aborted or finished late).
+  using GroupSink = std::function<void(std::vector<rl::Sample>&&)>;
   // Generates every sample of `groups` at once (whole groups split over the engines), handing
   // each group to `consume` (on this thread) as soon as all its samples are done: in completion
   // order on one engine, in group order on several (independent of timing). With
   // `routed_experts` (--use-rollout-routing-replay, training rollouts) every request asks for
   // the engine's expert ids and each sample gets them in rl::Sample::routed_experts (one row per
-  // prompt + response token).
+  // prompt + response token). Samples that need no generation (finished ones of a buffered
+  // group) are not sent; aborted ones continue from their tokens. Groups left once `consume`
+  // had enough go to `leftover` when given (else they are dropped).
   void generate_groups(std::vector<std::vector<rl::Sample>> groups,
                        const engine::SamplingParams& params, const GroupConsumer& consume,
-                       bool routed_experts = false);
+                       bool routed_experts = false, const GroupSink& leftover = {});
+  // The next refill: buffered groups first (restarting samples past --max-weight-staleness,
+  // masking older-weight prefixes under --mask-offpolicy-in-partial-rollout), then fresh ones.
+  std::vector<data::SampleGroup> next_refill(int64_t num_groups, std::map<std::string, double>& m);
   engine::SamplingParams sampling_params(bool eval) const;
   std::string decode_text(const std::vector<int64_t>& ids) const;
 
@@ -69,7 +88,13 @@ class RolloutCollector {
   data::RolloutDataSource& source_;
   const tokenizer::Tokenizer& tokenizer_;
   RewardFn reward_;
+  std::unique_ptr<data::RolloutBuffer> partial_buffer_;
+  int64_t engine_weight_version_ = 0;
 };
+
+// rollout/weight_version/{min,max,mean} over the response tokens of `samples` (with recorded
+// versions) and rollout/weight_version/mixed_ratio (share of samples spanning several versions).
+std::map<std::string, double> weight_version_metrics(const std::vector<rl::Sample>& samples);
 
 // pass@k = 1 - C(n-c, k) / C(n, k) averaged over groups of n samples with c correct
 // (reward == 1), for k = 1, 2, 4, ... <= n.

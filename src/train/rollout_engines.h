@@ -49,6 +49,9 @@ class RolloutEngines {
     if (root) drive();
   }
   virtual void abort_all() = 0;
+  // Rank 0, once every request of an aborted round has returned: requests submitted from now on
+  // run again (a later round, e.g. the next rollout of --train-async before any weight sync).
+  virtual void end_abort() {}
   // Raises (on the caller's thread) the first error a background generation hit, if any.
   virtual void rethrow_errors() {}
   // Colocated memory hand-off around training (no-ops for servers).

@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "data/dynamic_filter.h"
 #include "reward/rewards.h"
+#include "train/agent_episode.h"
 #include "train/options.h"
 
 namespace furlong::train {
@@ -69,6 +70,37 @@ void validate_options(const TrainOptions& o, int world_size) {
 }
 
 // The RL flags' rules (miles' appendix); errors say what to change.
+namespace {
+
+// --partial-rollout's companions and --train-async's requirements.
+void validate_partial_and_async(const TrainOptions& o) {
+  const auto& r = o.rollout;
+  FURLONG_CHECK(!r.mask_offpolicy_in_partial_rollout || r.partial_rollout,
+                "--mask-offpolicy-in-partial-rollout needs --partial-rollout");
+  FURLONG_CHECK(!r.max_weight_staleness || r.partial_rollout,
+                "--max-weight-staleness applies to buffered partial samples; it needs "
+                "--partial-rollout");
+  FURLONG_CHECK(!r.max_weight_staleness || *r.max_weight_staleness >= 0,
+                "--max-weight-staleness must be >= 0, got ", r.max_weight_staleness.value_or(0));
+  FURLONG_CHECK(r.update_weights_interval >= 1, "--update-weights-interval must be >= 1, got ",
+                r.update_weights_interval);
+  FURLONG_CHECK(r.update_weights_interval == 1 || r.train_async, "--update-weights-interval ",
+                r.update_weights_interval,
+                " applies to --train-async only (the synchronous loop sends the weights after "
+                "every rollout); add --train-async or drop it");
+  if (!r.train_async) return;
+  FURLONG_CHECK(!r.colocate,
+                "--train-async overlaps generation with training, so the engines need devices of "
+                "their own: drop --colocate (use engine servers: --rollout-num-engines or "
+                "--rollout-engine-urls)");
+  const auto& d = o.debug;
+  FURLONG_CHECK(!d.debug_train_only && !d.debug_rollout_only && !d.load_debug_rollout_data,
+                "--train-async overlaps generation with training; it cannot run with "
+                "--debug-train-only, --debug-rollout-only or --load-debug-rollout-data");
+}
+
+}  // namespace
+
 void validate_rl_options(const TrainOptions& o) {
   const auto& a = o.algorithm;
   const auto& r = o.rollout;
@@ -78,9 +110,10 @@ void validate_rl_options(const TrainOptions& o) {
                 "--use-rollout-logprobs and --use-tis cannot be combined (TIS corrects the "
                 "rollout log-probs against the trainer's; pick one)");
   rl::validate_algorithm_options(advantage_options(a), loss_options(a, o.batch));
-  FURLONG_CHECK(!r.rm_type.empty() || r.rm_url,
-                "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match) or "
-                "--rm-url");
+  FURLONG_CHECK(!r.rm_type.empty() || r.rm_url || o.agent.agent_env_url,
+                "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match), "
+                "--rm-url, or an --agent-env-url whose env gives rewards");
+  validate_agent_options(o);
   FURLONG_CHECK(!o.eval.eval_interval || !o.eval.eval_prompt_data.empty(),
                 "--eval-interval needs --eval-prompt-data");
   FURLONG_CHECK(!(r.colocate && !r.rollout_engine_urls.empty()),
@@ -91,6 +124,7 @@ void validate_rl_options(const TrainOptions& o) {
   if (o.data.rollout_batch_size) {
     data::resolve_over_sampling_batch_size(*o.data.rollout_batch_size, r.over_sampling_batch_size);
   }
+  validate_partial_and_async(o);
 }
 
 }  // namespace furlong::train

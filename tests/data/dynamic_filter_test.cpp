@@ -126,5 +126,16 @@ TEST(RolloutBuffer, FifoWithStartRolloutId) {
             std::string::npos);
 }
 
+TEST(RolloutBuffer, RestoreReplacesTheContentsInOrder) {
+  RolloutBuffer buffer(2);
+  buffer.add({group_with({0, 0}, 0)}, 1);
+  buffer.restore({group_with({0, 0}, 6), group_with({0, 0}, 8)});
+  ASSERT_EQ(buffer.size(), 2);
+  EXPECT_EQ(buffer.groups().front()[0].index, 6);
+  EXPECT_EQ(buffer.pop(1)[0][1].index, 7);
+  EXPECT_NE(error_of([&] { buffer.restore({group_with({0})}); }).find("--n-samples-per-prompt 2"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace furlong::data

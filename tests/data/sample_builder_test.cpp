@@ -43,6 +43,45 @@ TEST(SampleBuilder, PartialResumeAppends) {
   EXPECT_NO_THROW(rl::validate_sample(s, "s"));
 }
 
+TEST(SampleBuilder, EveryResponseTokenRecordsItsWeightVersion) {
+  GeneratedResponse head{{2, 3}, {-1.f, -2.f}, "abort", "ab", 4};
+  rl::Sample s = make_sample({1}, head, 4);
+  EXPECT_EQ(s.weight_versions, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(s.oldest_weight_version(-1), 4);
+  append_response(s, {{4, 5}, {-3.f, -4.f}, "stop", "cd", 5}, 2);
+  EXPECT_EQ(s.weight_versions, (std::vector<int64_t>{4, 4, 5, 5}));
+  EXPECT_EQ(s.oldest_weight_version(-1), 4);
+  EXPECT_NO_THROW(rl::validate_sample(s, "s"));
+  // Tokens appended outside append_response (a loss-mask-0 turn) take the version before them.
+  s.tokens.push_back(9);
+  s.response_length += 1;
+  s.loss_mask.push_back(0.0f);
+  s.rollout_log_probs.push_back(0.0f);
+  fill_weight_versions(s, 7);
+  EXPECT_EQ(s.weight_versions.back(), 5);
+  s.weight_versions.push_back(5);
+  EXPECT_NE(error_of([&] { rl::validate_sample(s, "s"); }).find("weight_versions has 6"),
+            std::string::npos);
+  EXPECT_EQ(rl::Sample{}.oldest_weight_version(-1), -1);
+}
+
+TEST(SampleBuilder, PartialSampleHelpers) {
+  rl::Sample s = make_sample({1, 2}, {{3, 4, 5}, {-1.f, -1.f, -1.f}, "abort", "xyz", 2}, 8);
+  EXPECT_TRUE(needs_generation(s));
+  mask_offpolicy_prefix(s);
+  EXPECT_EQ(s.loss_mask, (std::vector<float>{0, 0, 0}));
+  append_response(s, {{6}, {-1.f}, "stop", "w", 3}, 5);
+  EXPECT_EQ(s.loss_mask, (std::vector<float>{0, 0, 0, 1}));
+  EXPECT_FALSE(needs_generation(s));
+  restart_sample(s);
+  EXPECT_EQ(s.tokens, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(s.response_length, 0);
+  EXPECT_TRUE(s.loss_mask.empty() && s.rollout_log_probs.empty() && s.weight_versions.empty());
+  EXPECT_EQ(s.response, "");
+  EXPECT_EQ(s.status, rl::SampleStatus::kPending);
+  EXPECT_NO_THROW(rl::validate_sample(s, "s"));
+}
+
 TEST(SampleBuilder, BudgetAndContractChecks) {
   EXPECT_EQ(max_new_tokens_for(10, 0, 100, std::nullopt), 100);
   EXPECT_EQ(max_new_tokens_for(10, 0, 100, 50), 40);
