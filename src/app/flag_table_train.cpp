@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "app/commands.h"
+#include "app/flag_table_agent.h"
 #include "app/flag_table_rollout.h"
 #include "optim/lr_scheduler.h"
 
@@ -391,6 +392,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_data_flags(f, o.data);
   add_rollout_flags(f, o.rollout);
   add_rollout_layout_flags(f, o.rollout);
+  add_agent_flags(f, o.agent);
   add_partial_and_async_flags(f, o.rollout);
   add_eval_flags(f, o.eval);
   add_algorithm_flags(f, o.algorithm);

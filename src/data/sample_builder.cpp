@@ -56,6 +56,17 @@ void append_response(rl::Sample& sample, const GeneratedResponse& output, int64_
   sample.status = status;
 }
 
+void append_observation(rl::Sample& sample, const std::vector<int64_t>& token_ids) {
+  const auto n = token_ids.size();
+  const bool with_log_probs =
+      !sample.loss_mask.empty() && sample.rollout_log_probs.size() == sample.loss_mask.size();
+  sample.tokens.insert(sample.tokens.end(), token_ids.begin(), token_ids.end());
+  sample.response_length += static_cast<int64_t>(n);
+  sample.loss_mask.insert(sample.loss_mask.end(), n, 0.0f);
+  if (with_log_probs) sample.rollout_log_probs.insert(sample.rollout_log_probs.end(), n, 0.0f);
+  fill_weight_versions(sample, /*version_if_none=*/0);  // the last model turn's version
+}
+
 rl::Sample make_sample(const std::vector<int64_t>& prompt_ids, const GeneratedResponse& output,
                        int64_t max_new_tokens) {
   FURLONG_CHECK(!prompt_ids.empty(), "a sample needs at least one prompt token");

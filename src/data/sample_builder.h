@@ -47,6 +47,13 @@ void append_response(rl::Sample& sample, const GeneratedResponse& output, int64_
 // that has one, or `version_if_none` when none has. More versions than tokens is an error.
 void fill_weight_versions(rl::Sample& sample, int64_t version_if_none);
 
+// Appends tokens the model did not generate (an environment's observation in a multi-turn
+// episode, rendered by the chat template) to `sample`'s response: loss mask 0 and rollout
+// log-prob 0 per token (log-probs only when the response so far has them, so they stay aligned
+// with the mask), and the weight version of the last model turn. The text is not added to
+// sample.response; the status is left as it is.
+void append_observation(rl::Sample& sample, const std::vector<int64_t>& token_ids);
+
 // A sample of prompt_ids + output (append_response on a fresh sample).
 rl::Sample make_sample(const std::vector<int64_t>& prompt_ids, const GeneratedResponse& output,
                        int64_t max_new_tokens);

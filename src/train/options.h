@@ -14,6 +14,7 @@
 #include "rl/advantages.h"
 #include "rl/kl.h"
 #include "rl/losses.h"
+#include "train/agent_options.h"
 
 namespace furlong::train {
 
@@ -351,6 +352,7 @@ struct TrainOptions {
   LoggingOptions logging;
   MilesCompatOptions compat;
   PlacementOptions placement;
+  AgentOptions agent;  // multi-turn episodes (train/agent_options.h)
 };
 
 // Rules that need no process group (checked before anything is built); errors name the flags

@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "data/dynamic_filter.h"
 #include "tokenizer/tokenizer.h"
+#include "train/agent_episode.h"
 #include "train/engine_layout.h"
 
 namespace furlong::train {
@@ -103,6 +104,11 @@ RolloutCollector::RolloutCollector(const TrainOptions& options, RolloutEngines& 
       source_(source),
       tokenizer_(tokenizer),
       reward_(std::move(reward)) {
+  if (options.agent.agent_env_url) {  // env rewards first; the reward function for the rest
+    const bool graded = !options.rollout.rm_type.empty() || options.rollout.rm_url.has_value();
+    reward_ = with_env_rewards(graded ? std::move(reward_) : RewardFn());
+    agent_ = std::make_shared<AgentEpisodeRunner>(options, tokenizer);
+  }
   if (options.rollout.partial_rollout) {
     partial_buffer_ = std::make_unique<data::RolloutBuffer>(options.data.n_samples_per_prompt);
   }
@@ -130,6 +136,10 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
                                        const engine::SamplingParams& params,
                                        const GroupConsumer& consume, bool routed_experts,
                                        const GroupSink& leftover) {
+  if (agent_) {  // multi-turn episodes (validation rules out routing replay and partial rollouts)
+    agent_->generate_groups(engines_, std::move(groups), params, consume);
+    return;
+  }
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int64_t> remaining(groups.size());
@@ -355,6 +365,7 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
   }
   add_length_metrics(all, "rollout/", metrics);
   metrics["rollout/reward_failures"] = reward_failures;
+  add_agent_metrics(result.samples, metrics);  // rollout/agent/* (episodes only)
   FURLONG_CHECK(all.empty() || reward_failures < 0.5 * static_cast<double>(all.size()),
                 "the reward server failed for ", reward_failures, " of ", all.size(),
                 " samples of this rollout (after retries); see the errors above");

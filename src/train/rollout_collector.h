@@ -29,6 +29,8 @@ class Tokenizer;
 
 namespace furlong::train {
 
+class AgentEpisodeRunner;
+
 // Grades samples (their response text, label and metadata): fills raw_reward of each.
 using RewardFn = std::function<void(std::vector<rl::Sample*>& samples)>;
 
@@ -88,6 +90,8 @@ class RolloutCollector {
   data::RolloutDataSource& source_;
   const tokenizer::Tokenizer& tokenizer_;
   RewardFn reward_;
+  // --agent-env-url: samples are multi-turn episodes (train/agent_episode.h); null otherwise.
+  std::shared_ptr<AgentEpisodeRunner> agent_;
   std::unique_ptr<data::RolloutBuffer> partial_buffer_;
   int64_t engine_weight_version_ = 0;
 };

@@ -13,38 +13,12 @@
 #include <chrono>
 #include <thread>
 
+#include "scripted_server.h"
+
 namespace furlong::train {
 namespace {
 
-// An httplib server on an ephemeral loopback port, running until destroyed.
-class ScriptedServer {
- public:
-  explicit ScriptedServer(
-      std::function<void(const httplib::Request&, httplib::Response&)> handler) {
-    server_.Post(R"(/.*)", [this, handler](const httplib::Request& req, httplib::Response& res) {
-      ++requests;
-      handler(req, res);
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // The socket listens from bind_to_any_port on; this only waits for the accept loop.
-    for (int i = 0; i < 500 && !server_.is_running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ~ScriptedServer() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url(const std::string& path = "") const {
-    return "http://127.0.0.1:" + std::to_string(port_) + path;
-  }
-  std::atomic<int> requests{0};
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using testing::ScriptedServer;
 
 EnvClientOptions fast(const std::string& url, double timeout_s = 2.0, int retries = 2) {
   return {.url = url, .timeout_s = timeout_s, .max_retries = retries, .backoff_s = 0.01};

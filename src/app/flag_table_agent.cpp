@@ -1,0 +1,22 @@
+// Flags of multi-turn agent episodes (docs/agents.md); validated by validate_agent_options.
+#include "app/flag_table_agent.h"
+
+namespace furlong::app {
+
+void add_agent_flags(config::FlagSet& f, train::AgentOptions& a) {
+  f.set_group("Agent episodes (multi-turn, docs/agents.md)");
+  f.add("agent-env-url", &a.agent_env_url,
+        "environment server (http://host:port[/path]): every sample becomes a multi-turn "
+        "episode against it (POST /start, /step, /finish)");
+  f.add("agent-max-turns", &a.agent_max_turns, "assistant turns per episode");
+  f.add("agent-max-episode-tokens", &a.agent_max_episode_tokens,
+        "response tokens per episode (generated and observation tokens after the prompt); each "
+        "turn is also capped by --rollout-max-response-len");
+  f.add("agent-env-timeout", &a.agent_env_timeout, "seconds per env request attempt");
+  f.add("agent-env-max-retries", &a.agent_env_max_retries,
+        "retries of a failed env request (connection errors, timeouts, HTTP 5xx/429)");
+  f.add("agent-env-concurrency", &a.agent_env_concurrency,
+        "env requests in flight at once (worker threads)");
+}
+
+}  // namespace furlong::app
