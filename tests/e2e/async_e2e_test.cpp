@@ -1,0 +1,167 @@
+// --train-async end to end: GRPO on the threshold task (tests/common/arith_task.h) on 2 ranks
+// with 1 engine server, once with the synchronous loop and once one step off policy, on the same
+// workload. The async run must take less time per rollout (generation overlaps training), its
+// tokens must come from the weights one update before the ones that train on them, and its
+// curve must stay sane (finite losses, reward rising).
+//
+// Threads: the engine server and each trainer rank get 1 thread, so on a 2-core machine
+// generation and training of the two loops compete for the same cores and the overlap is
+// what the async loop gains. Both runs use --use-tis. Timing: the per-rollout wall time
+// (perf/iteration_time) is compared by median over rollouts 2.., leaving out the first two
+// (start-up, and the async loop's first rollout, which has nothing to overlap with).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "common/arith_task.h"
+#include "common/test_util.h"
+#include "core/json_util.h"
+
+namespace furlong::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kRollouts = 16;
+constexpr int kSamplesPerRollout = 64;
+
+struct Fixture {
+  fs::path root, model, data;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture x;
+    x.root = fresh_process_dir("e2e", "async_fixture");
+    x.model = init_tiny_model(x.root, "model");
+    x.data = x.root / "prompts.jsonl";
+    write_arith_rows(x.data, threshold_row);
+    return x;
+  }();
+  return f;
+}
+
+// `furlong launch` of 2 ranks running `furlong train` with the threshold task's GRPO flags, 1
+// engine server, 1 thread each, plus `extra`. Returns the metric rows (one per rollout).
+std::vector<Json> train_on_two_ranks(const fs::path& dir, const std::vector<std::string>& extra) {
+  const auto& f = fixture();
+  fs::create_directories(dir);
+  auto flags = threshold_grpo_flags(f.model, f.data, kRollouts);
+  // Responses of up to 8 tokens (the task's are 2), so generation takes a share of the step
+  // that overlapping can hide.
+  auto len = std::find(flags.begin(), flags.end(), "--rollout-max-response-len");
+  EXPECT_NE(len, flags.end());
+  if (len != flags.end()) *std::next(len) = "8";
+  flags.insert(flags.end(), {"--rollout-temperature",
+                             "1.0",
+                             "--advantage-estimator",
+                             "grpo",
+                             "--lr",
+                             "1e-2",
+                             "--adam-beta2",
+                             "0.99",
+                             "--compute-dtype",
+                             "float32",
+                             "--micro-batch-size",
+                             "16",
+                             "--metrics-file",
+                             (dir / "metrics.jsonl").string(),
+                             "--num-threads",
+                             "1",
+                             "--engine-num-threads",
+                             "1",
+                             "--rollout-num-engines",
+                             "1"});
+  // TIS corrects the one-step-stale rollout log-probs against the trainer's (miles requires an
+  // off-policy correction for train_async.py).
+  flags.push_back("--use-tis");
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  std::string cmd = shell_quote(furlong_binary().string()) + " launch --nproc-per-node 2 -- " +
+                    shell_quote(furlong_binary().string()) + " train";
+  for (const auto& a : flags) cmd += " " + shell_quote(a);
+  auto r = run_command(cmd + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<Json> rows;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(Json::parse(line));
+  }
+  EXPECT_EQ(rows.size(), static_cast<size_t>(kRollouts)) << r.output;
+  return rows;
+}
+
+double value(const Json& row, const std::string& key) {
+  EXPECT_TRUE(row.contains(key) && row[key].is_number()) << key << " missing in " << row.dump();
+  return row.contains(key) && row[key].is_number() ? row[key].get<double>() : NAN;
+}
+
+double median_iteration_time(const std::vector<Json>& rows) {
+  std::vector<double> t;
+  for (size_t i = 2; i < rows.size(); ++i) t.push_back(value(rows[i], "perf/iteration_time"));
+  std::sort(t.begin(), t.end());
+  return t.empty() ? NAN : t[t.size() / 2];
+}
+
+// The one-sided two-proportion z statistic of "the last K rollouts beat the first K" (as in
+// rl_e2e_test.cpp): under "no improvement" it is about standard normal.
+double improvement_z(const std::vector<Json>& rows, int k) {
+  double first = 0, last = 0;
+  for (int i = 0; i < k; ++i) {
+    first += value(rows[static_cast<size_t>(i)], "rollout/raw_reward");
+    last += value(rows[rows.size() - 1 - static_cast<size_t>(i)], "rollout/raw_reward");
+  }
+  const double n = static_cast<double>(k * kSamplesPerRollout);
+  const double p1 = first / k, p2 = last / k, p = (p1 + p2) / 2;
+  return (p2 - p1) / std::sqrt(std::max(p * (1 - p) * 2 / n, 1e-12));
+}
+
+TEST(AsyncEndToEnd, OverlapsGenerationWithTrainingOneStepOffPolicy) {
+  const auto sync_rows = train_on_two_ranks(scratch_dir() / "sync", {});
+  const auto async_rows = train_on_two_ranks(scratch_dir() / "async", {"--train-async"});
+  ASSERT_EQ(sync_rows.size(), static_cast<size_t>(kRollouts));
+  ASSERT_EQ(async_rows.size(), static_cast<size_t>(kRollouts));
+
+  const double sync_step = median_iteration_time(sync_rows);
+  const double async_step = median_iteration_time(async_rows);
+  std::printf("median per-rollout time: sync %.3f s, async %.3f s\n", sync_step, async_step);
+  EXPECT_LT(async_step, sync_step);
+
+  for (size_t k = 0; k < async_rows.size(); ++k) {
+    const auto& row = async_rows[k];
+    SCOPED_TRACE("async rollout " + std::to_string(k));
+    // Rollout k was generated by the weights after k - 1 updates (the first by the initial
+    // ones) and trains weights that have had k: staleness 1 after the first.
+    const double version = k == 0 ? 0.0 : static_cast<double>(k - 1);
+    EXPECT_EQ(value(row, "rollout/weight_version/min"), version);
+    EXPECT_EQ(value(row, "rollout/weight_version/max"), version);
+    EXPECT_EQ(value(row, "train/staleness_max"), k == 0 ? 0.0 : 1.0);
+    EXPECT_TRUE(std::isfinite(value(row, "train/loss")));
+    EXPECT_TRUE(std::isfinite(value(row, "train/grad_norm")));
+  }
+  for (const auto& row : sync_rows) EXPECT_EQ(value(row, "train/staleness_max"), 0.0);
+  // One step off policy still learns the task: far more than chance allows (p < 1e-3).
+  EXPECT_GT(improvement_z(async_rows, 4), 3.0);
+}
+
+TEST(AsyncEndToEnd, ColocatedEnginesAreRefusedClearly) {
+  const auto& f = fixture();
+  auto flags = threshold_grpo_flags(f.model, f.data, 1);
+  std::string cmd = shell_quote(furlong_binary().string()) + " train";
+  for (const auto& a : flags) cmd += " " + shell_quote(a);
+  auto r = run_command(cmd + " --train-async --colocate 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--train-async"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("drop --colocate"), std::string::npos) << r.output;
+  r = run_command(cmd + " --update-weights-interval 2 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("applies to --train-async only"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace furlong::testing
