@@ -3,7 +3,7 @@
 // --call-reward 1, so an episode earns 1 when it makes a well-formed calculator call). The
 // tokenizer (examples/agent_env/tokenizer) has the opening of a calculator call, up to the
 // expression, as one token and its closing as another (a stop token of the run): a call is
-// "open, anything without a newline, close". The random model makes one in ~5% of episodes;
+// "open, anything without a newline, close". The random model makes one in ~3% of episodes;
 // GRPO must raise that by far more than chance allows.
 //
 // Statistics as in rl_e2e_test.cpp: the first and last K rollouts each hold K * 64 episodes;
