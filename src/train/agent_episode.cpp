@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -424,6 +425,7 @@ void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& g
   int64_t total = 0;
   for (const auto& g : groups) total += static_cast<int64_t>(g.size());
   ProgressBar bar("episodes", total, "samples");
+  std::exception_ptr failure;
   while (true) {
     std::unique_lock<std::mutex> lock(run.mu);
     run.cv.wait(lock, [&] { return !run.to_submit.empty() || ready() || run.active == 0; });
@@ -458,7 +460,14 @@ void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& g
     if (!take) continue;
     bar.advance(static_cast<int64_t>(groups[*take].size()));
     if (stopping) continue;  // aborted leftovers after the consumer had enough
-    if (consume(std::move(groups[*take]))) {
+    bool enough = false;
+    try {
+      enough = consume(std::move(groups[*take]));
+    } catch (...) {  // raised once every episode has ended (they use this frame's state)
+      failure = std::current_exception();
+      enough = true;
+    }
+    if (enough) {
       {
         std::lock_guard<std::mutex> guard(run.mu);
         run.stopping = true;
@@ -467,6 +476,7 @@ void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& g
     }
   }
   bar.finish();
+  if (failure) std::rethrow_exception(failure);
 }
 
 std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
@@ -486,7 +496,9 @@ std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
     for (rl::Sample* s : todo) {
       s->raw_reward = 0.0;
       s->reward = 0.0;
-      if (s->metadata.contains("agent")) s->metadata["agent"]["reward_missing"] = true;
+      // Aborted episodes (env failures, stopped rollouts) are counted elsewhere.
+      const bool counted = s->metadata.contains("agent") && s->status != rl::SampleStatus::kAborted;
+      if (counted) s->metadata["agent"]["reward_missing"] = true;
     }
   };
 }

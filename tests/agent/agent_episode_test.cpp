@@ -355,6 +355,7 @@ TEST(AgentEpisodes, MalformedCallsTimeoutsAndLimitsEndEpisodesAndAreCounted) {
   EXPECT_EQ(samples[0].raw_reward, 1.0);
   EXPECT_EQ(samples[3].raw_reward, 0.0);
   EXPECT_TRUE(samples[3].metadata["agent"]["reward_missing"].get<bool>());
+  EXPECT_FALSE(samples[2].metadata["agent"].contains("reward_missing"));
 
   std::map<std::string, double> m;
   add_agent_metrics(samples, m);
@@ -363,7 +364,7 @@ TEST(AgentEpisodes, MalformedCallsTimeoutsAndLimitsEndEpisodesAndAreCounted) {
   EXPECT_EQ(m["rollout/agent/malformed_tool_calls"], 1.0);
   EXPECT_EQ(m["rollout/agent/env_errors"], 1.0);
   EXPECT_EQ(m["rollout/agent/timeouts"], 1.0);
-  EXPECT_EQ(m["rollout/agent/missing_reward"], 2.0);  // episodes 2 and 3
+  EXPECT_EQ(m["rollout/agent/missing_reward"], 1.0);  // episode 3 (2 is an env error)
   double masked = 0, response = 0;
   for (const auto& s : samples) {
     for (float v : s.loss_mask) masked += v == 0.0f ? 1 : 0;
