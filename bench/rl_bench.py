@@ -13,6 +13,13 @@ bandwidth. The first rollout of each run is left out (warm-up); figures are medi
 rollouts on 1 rank with 1 thread, on 2 ranks with 1 thread each (one engine per rank, each
 serving half of the prompt groups), and on 1 rank with 2 threads (the same cores as 2 ranks);
 it writes bench/results/rl_bench_colocated_scaling.json.
+
+--async-overlap runs only the one-step-off-policy scenario (issue 13): the same GRPO workload
+on 2 training ranks and 1 engine server (1 thread each) with the synchronous loop and with
+--train-async; per-rollout wall time (perf/iteration_time, median over rollouts after the
+first two) of both, and overlap = (sync - async) / min(rollout, train) with the synchronous
+run's medians (1 = the shorter phase is hidden entirely, 0 = no gain). It writes
+bench/results/rl_bench_async.json.
 """
 import argparse
 import json
@@ -209,6 +216,67 @@ def colocated_scaling(furlong, work, data, args):
     print(f"wrote {out}")
 
 
+def async_run(furlong, model, data, work, train_async, rollouts, rbs, n, max_len):
+    """One run on 2 ranks + 1 engine server, 1 thread each; medians over rollouts 2..."""
+    tag = f"{model.name}-{'async' if train_async else 'sync'}"
+    metrics = work / f"{tag}.metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    cmd = [str(furlong), "launch", "--nproc-per-node", "2", "--", str(furlong), "train",
+           "--hf-checkpoint", str(model), "--prompt-data", str(data), "--label-key", "label",
+           "--rm-type", "exact_match", "--rollout-skip-special-tokens",
+           "--rollout-batch-size", str(rbs), "--n-samples-per-prompt", str(n),
+           "--num-rollout", str(rollouts), "--rollout-max-response-len", str(max_len),
+           "--rollout-temperature", "1.0", "--lr", "1e-4", "--use-tis",
+           "--compute-dtype", "float32", "--micro-batch-size", str(rbs * n // 2),
+           "--metrics-file", str(metrics), "--num-threads", "1", "--engine-num-threads", "1",
+           "--rollout-num-engines", "1"] + (["--train-async"] if train_async else [])
+    env = dict(os.environ, FURLONG_NO_PROGRESS="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{tag} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    rows = [json.loads(line) for line in open(metrics)][2:]
+    med = lambda k: statistics.median(r[k] for r in rows)
+    row = {"mode": "async" if train_async else "sync", "rollouts_measured": len(rows),
+           "samples_per_rollout": rbs * n, "step_s": med("perf/iteration_time"),
+           "step_s_all": [r["perf/iteration_time"] for r in rows],
+           "rollout_s": med("perf/rollout_time"), "train_s": med("perf/train_time"),
+           "update_weights_s": med("perf/update_weights_time"),
+           "staleness_max": max(r.get("train/staleness_max", 0) for r in rows),
+           "raw_reward_first": rows[0]["rollout/raw_reward"],
+           "raw_reward_last": rows[-1]["rollout/raw_reward"]}
+    print(f"  {row['mode']:5s} step {row['step_s']:7.3f}s  rollout {row['rollout_s']:7.3f}s  "
+          f"train {row['train_s']:7.3f}s  staleness {row['staleness_max']:.0f}", flush=True)
+    return row
+
+
+def async_overlap(furlong, work, data, args):
+    model = init_model(furlong, "demo", DEMO_CONFIG, ROOT / "examples/tokenizers/arith", work)
+    rbs, n, max_len = 8, 8, 16
+    rollouts = max(args.rollouts, 8)
+    print(f"Sync vs --train-async, {model.name}, 2 ranks + 1 engine server (1 thread each), "
+          f"{rbs} prompts x {n} samples, <= {max_len} tokens:")
+    sync = async_run(furlong, model, data, work, False, rollouts, rbs, n, max_len)
+    asyn = async_run(furlong, model, data, work, True, rollouts, rbs, n, max_len)
+    hideable = min(sync["rollout_s"], sync["train_s"])
+    overlap = (sync["step_s"] - asyn["step_s"]) / hideable if hideable > 0 else 0.0
+    print(f"  async / sync step time {asyn['step_s'] / sync['step_s']:.2f}, "
+          f"overlap {overlap:.2f} of the shorter phase")
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "cpu": cpu_features(), "model": model.name,
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                     capture_output=True, text=True).stdout.strip(),
+            "notes": "CPU only: the engine server and both trainer ranks (1 thread each) share "
+                     "this machine's cores, so generation and training also compete for them. "
+                     "step = perf/iteration_time (the loop's wall time per rollout), medians "
+                     "over rollouts after the first two; overlap = (sync step - async step) / "
+                     "min(sync rollout, sync train)."}
+    out = ROOT / "bench" / "results" / "rl_bench_async.json"
+    out.write_text(json.dumps({"meta": meta, "results": [sync, asyn],
+                               "async_over_sync_step": asyn["step_s"] / sync["step_s"],
+                               "overlap": overlap}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build-dir", default="build")
@@ -217,6 +285,8 @@ def main():
     p.add_argument("--quick", action="store_true", help="demo model only")
     p.add_argument("--colocated-scaling", action="store_true",
                    help="only the colocated 1 vs 2 rank rollout-throughput scenario")
+    p.add_argument("--async-overlap", action="store_true",
+                   help="only the sync vs --train-async step-time scenario (2 ranks, 1 engine)")
     args = p.parse_args()
     build = (ROOT / args.build_dir).resolve()
     furlong = build / "furlong"
@@ -225,6 +295,9 @@ def main():
     data = prompts(work)
     if args.colocated_scaling:
         colocated_scaling(furlong, work, data, args)
+        return
+    if args.async_overlap:
+        async_overlap(furlong, work, data, args)
         return
     demo = init_model(furlong, "demo", DEMO_CONFIG, ROOT / "examples/tokenizers/arith", work)
     runs = [(demo, 16, 8, 4)]
