@@ -26,6 +26,7 @@
 #include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
+#include "train/env_client.h"
 
 namespace furlong::testing {
 namespace {
@@ -157,6 +158,50 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
             value(rows.front(), "rollout/agent/tool_calls") + 0.5);
   EXPECT_GT(value(rows.back(), "rollout/agent/masked_token_share"), 0.0);
   EXPECT_GT(value(rows.back(), "rollout/agent/turns"), value(rows.front(), "rollout/agent/turns"));
+}
+
+// The reference env speaks the protocol of docs/agents.md: repeated steps get the same answer,
+// the calculator refuses what is not arithmetic, unknown episodes are 404 (not retried).
+TEST(AgentEndToEnd, TheReferenceEnvFollowsTheProtocol) {
+  CalculatorEnvProcess env(scratch_dir());
+  ASSERT_GT(env.port(), 0) << "the calculator env did not start";
+  train::EnvClient client({.url = env.url(), .timeout_s = 10, .max_retries = 0});
+  auto start = client.post("start", {{"sample", {{"index", 0}, {"label", "56088"}}}});
+  ASSERT_TRUE(start.ok) << start.error;
+  const std::string id = start.body["episode_id"];
+  auto call = [&](int turn, const std::string& expression) {
+    return client.post(
+        "step", {{"episode_id", id},
+                 {"turn", turn},
+                 {"message",
+                  {{"role", "assistant"},
+                   {"content", ""},
+                   {"tool_calls",
+                    {{{"name", "calculator"}, {"arguments", {{"expression", expression}}}}}}}}});
+  };
+  auto first = call(0, "123*456");
+  ASSERT_TRUE(first.ok) << first.error;
+  EXPECT_EQ(first.body["observation"][0]["content"], "56088");
+  EXPECT_EQ(first.body["done"], false);
+  EXPECT_EQ(call(0, "1+1").body, first.body);  // a repeated turn: the first answer
+  EXPECT_EQ(call(1, "2**99").body["observation"][0]["content"],
+            "error: only numbers, + - * / and parentheses are allowed");
+  EXPECT_EQ(call(2, "1/0").body["observation"][0]["content"], "error: division by zero");
+  auto answer = client.post(
+      "step",
+      {{"episode_id", id},
+       {"turn", 3},
+       {"message",
+        {{"role", "assistant"}, {"content", "It is 56088."}, {"tool_calls", Json::array()}}}});
+  ASSERT_TRUE(answer.ok) << answer.error;
+  EXPECT_EQ(answer.body["done"], true);
+  EXPECT_EQ(answer.body["reward"], 1.0);
+  auto unknown = client.post("step", {{"episode_id", "nope"}, {"turn", 0}, {"message", {}}});
+  EXPECT_FALSE(unknown.ok);
+  EXPECT_NE(unknown.error.find("HTTP 404"), std::string::npos) << unknown.error;
+  auto finish = client.post("finish", {{"episode_id", id}, {"reason", "turn_limit"}});
+  ASSERT_TRUE(finish.ok) << finish.error;
+  EXPECT_EQ(finish.body["reward"], 1.0);  // --call-reward 1: it called the calculator
 }
 
 }  // namespace
