@@ -117,6 +117,8 @@ void add_data_flags(config::FlagSet& f, train::DataOptions& d) {
   f.add("input-key", &d.input_key, "field holding the prompt (text or messages)");
   f.add("response-key", &d.response_key, "SFT: field holding the response text");
   f.add("label-key", &d.label_key, "field holding the reference answer");
+  f.add("tool-key", &d.tool_key,
+        "field holding the tools (a list, or a JSON string of one) the chat template gets");
   f.add("apply-chat-template", &d.apply_chat_template,
         "render prompts with the tokenizer's chat template");
   f.add("apply-chat-template-kwargs", &d.apply_chat_template_kwargs,

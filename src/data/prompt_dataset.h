@@ -38,7 +38,7 @@ struct PromptDataOptions {
   std::string input_key = "input";        // --input-key
   std::string label_key;                  // --label-key (empty: rows carry no label)
   std::string metadata_key = "metadata";  // --metadata-key
-  std::string tool_key = "tools";         // miles' tool_key (no flag sets it yet)
+  std::string tool_key = "tools";         // --tool-key (miles' tool_key)
   bool apply_chat_template = false;       // --apply-chat-template
   OrderedJson apply_chat_template_kwargs = OrderedJson::object();  // extra template variables
   std::optional<int64_t> max_prompt_len;  // --rollout-max-prompt-len (tokens)

@@ -121,6 +121,7 @@ struct DataOptions {
   std::string input_key = "input";  // miles' default
   std::string response_key = "response";
   std::string label_key = "label";
+  std::string tool_key = "tools";  // the tools handed to the chat template (miles' tool_key)
   bool apply_chat_template = false;
   // --apply-chat-template-kwargs: a JSON object of extra chat-template variables (Qwen3's
   // {"enable_thinking": false}); --chat-template-path: a Jinja file used instead of the

@@ -36,6 +36,7 @@ data::PromptDataOptions prompt_options(const TrainOptions& o, const std::string&
   p.input_key = o.data.input_key;
   p.label_key = o.data.label_key;
   p.metadata_key = o.rollout.metadata_key;
+  p.tool_key = o.data.tool_key;
   p.apply_chat_template = o.data.apply_chat_template;
   p.apply_chat_template_kwargs = chat_template_kwargs(o.data);
   p.max_prompt_len = o.rollout.rollout_max_prompt_len;
@@ -421,7 +422,7 @@ void take_rollout(RlRun& run, int64_t rollout_id, RolloutResult&& result,
       lag_max = std::max(lag_max, lag);
     }
   }
-  if (lag_count > 0) {
+  if (lag_count > 0 && run.backend) {  // --debug-rollout-only trains nothing
     m["train/staleness_mean"] = lag_sum / lag_count;
     m["train/staleness_max"] = lag_max;
   }

@@ -67,6 +67,18 @@ TEST(PromptDataset, ReadsFieldsAndTokenizes) {
   EXPECT_EQ(ds.at(1).metadata["tools"][0]["name"], "f");
 }
 
+// --tool-key names the field; the tools still land in metadata["tools"], and the default field
+// is then ignored.
+TEST(PromptDataset, ToolKeyNamesTheToolsField) {
+  PromptDataOptions o;
+  o.path = write_lines(
+      {R"({"input": "Hi", "my_tools": [{"name": "calc"}], "tools": [{"name": "other"}]})"});
+  o.tool_key = "my_tools";
+  auto ds = load(o);
+  ASSERT_EQ(ds.size(), 1);
+  EXPECT_EQ(ds.at(0).metadata["tools"][0]["name"], "calc");
+}
+
 TEST(PromptDataset, AppliesTheChatTemplate) {
   PromptDataOptions o;
   o.path = write_lines({R"({"input": "What is 2+2?"})",

@@ -239,6 +239,12 @@ TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
                                "--opsm-delta", "0", "--ref-load", fixture().other_model.string()});
     if (unbiased) flags.push_back("--use-unbiased-kl");
     set_flag(flags, "--num-rollout", "1");
+    // 128 samples instead of 16, so that the second step's half (8 groups of 8) holds a group
+    // with a spread of rewards (negative advantages for OPSM to mask) whatever the seeded draws
+    // are: at the random model's ~5% reward rate a group has a spread with p ~ 1 - 0.95^8 = 0.34,
+    // and 8 groups all without one has p ~ 0.66^8 < 4%.
+    set_flag(flags, "--rollout-batch-size", "16");
+    set_flag(flags, "--n-samples-per-prompt", "8");
     auto r = run_train(flags);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return rows_with(read_rows(dir / "metrics.jsonl"), "train/step");
