@@ -234,14 +234,19 @@ TEST(DistHeartbeat, AStoppedRankIsFoundWithinTheHeartbeatTimeoutAndNamed) {
   EXPECT_TRUE(r.find("[launch] rank 0 exited with status 75")) << r.text();
 }
 
-// A stopped rank 0 stops the store it hosts: every other rank's beats stop reaching it, and each
-// ends naming the store's host.
+// A stopped rank 0 stops the store it hosts: every other rank's beats stop reaching it, and the
+// first to notice ends naming the store's host (which one is a race: the launcher then stops the
+// rest, so the other may be killed before it reports).
 TEST(DistHeartbeat, AStoppedStoreHostIsFoundByTheOtherRanks) {
   auto r = run_worker(3, {"heartbeat", "2000", "0"}, milliseconds(1000));
   EXPECT_EQ(r.status, 75) << r.text();
   EXPECT_LT(r.seconds, 30.0) << r.text();
-  EXPECT_TRUE(r.find(rank_prefix(1), {"no heartbeat reached the rendezvous store", "rank 0"}))
-      << r.text();
+  auto names_the_store = [&](int rank) {
+    return static_cast<bool>(
+        r.find(rank_prefix(rank), {"no heartbeat reached the rendezvous store", "rank 0"}));
+  };
+  EXPECT_TRUE(names_the_store(1) || names_the_store(2)) << r.text();
+  EXPECT_FALSE(r.find(rank_prefix(0), {"no heartbeat reached"})) << r.text();
 }
 
 // Ranks that leave cleanly, one after another, are not taken for silent ones.
