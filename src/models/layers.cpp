@@ -173,12 +173,38 @@ at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at
                                           /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
+// CUDA, sdpa, half precision, a head size flash attention takes: one varlen flash-attention call
+// covers every document of the packed batch (cumulative lengths on the device), instead of a
+// kernel launch per document. Autograd differentiates it (aten's flash-attention backward).
+bool varlen_flash_usable(const at::Tensor& q_PNH, const at::Tensor& k_PKH, AttnImpl impl) {
+  const auto dtype = q_PNH.scalar_type();
+  const int64_t head_dim = q_PNH.size(2);
+  return impl == AttnImpl::kSdpa && q_PNH.is_cuda() &&
+         (dtype == at::kBFloat16 || dtype == at::kHalf) && head_dim % 8 == 0 && head_dim <= 256 &&
+         q_PNH.size(1) % k_PKH.size(1) == 0;
+}
+
+at::Tensor varlen_flash_attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH,
+                                  const at::Tensor& v_PKH, const PackedBatch& batch, double scale) {
+  std::vector<int32_t> cu(batch.cu_seqlens.begin(), batch.cu_seqlens.end());
+  auto cu_D = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(q_PNH.device());
+  const int64_t longest = batch.max_document_length();
+  auto outputs = at::_flash_attention_forward(
+      q_PNH.contiguous(), k_PKH.contiguous(), v_PKH.contiguous(), cu_D, cu_D, longest, longest,
+      /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false,
+      std::optional<double>(scale));
+  return std::get<0>(outputs);  // [P, N, H]
+}
+
 }  // namespace
 
 at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at::Tensor& v_PKH,
                      const PackedBatch& batch, AttnImpl impl, double scale) {
   FURLONG_ASSERT(q_PNH.size(0) == batch.num_tokens(), "attention: ", q_PNH.size(0),
                  " tokens but the batch has ", batch.num_tokens());
+  if (batch.num_documents() > 0 && varlen_flash_usable(q_PNH, k_PKH, impl)) {
+    return varlen_flash_attention(q_PNH, k_PKH, v_PKH, batch, scale);
+  }
   auto to_heads_first = [](const at::Tensor& x, int64_t start, int64_t len) {
     return x.narrow(0, start, len).transpose(0, 1).unsqueeze(0);  // [1, heads, L, H]
   };

@@ -18,7 +18,8 @@
 namespace furlong::models {
 
 enum class AttnImpl {
-  kSdpa,   // at::scaled_dot_product_attention per document (fused CPU/CUDA kernels)
+  kSdpa,   // CPU: at::scaled_dot_product_attention per document; CUDA bf16/fp16: one varlen
+           // flash-attention call over all documents
   kEager,  // plain matmul + fp32 softmax, transformers' "eager" path; the reference
 };
 AttnImpl parse_attn_impl(const std::string& name, const std::string& where);

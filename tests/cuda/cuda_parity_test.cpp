@@ -3,10 +3,12 @@
 // (exact log-probs on and off), and one single-rank FSDP optimizer step. Each skips without a
 // GPU; FURLONG_CUDA_TESTS_ON_CPU=1 runs the same comparisons CPU against CPU.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
 #include <random>
 
 #include "common/tolerances.h"
@@ -16,6 +18,7 @@
 #include "fsdp/fsdp_model.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
+#include "models/layers.h"
 #include "models/logprobs.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
@@ -55,6 +58,34 @@ std::pair<at::Tensor, double> logits_on(const models::CausalLM& model,
 // fp32 rounding budget of the exact logits (tol::forward_logits_budget: 9 reductions per layer
 // plus the final norm and head, each of at most 128 terms), so they differ by at most twice it.
 // TF32 would break this (10-bit products): libtorch leaves it off for matmuls by default.
+// Packed-document attention in bf16 on the device (one varlen flash-attention call on CUDA,
+// models/layers.cpp) against the fp32 eager reference on the CPU, from the same bf16 inputs
+// (3 documents, GQA 4:2, head 64). The output is a convex combination of value rows: rounding
+// the probabilities to bf16 before the PV product and the output to bf16 each cost at most
+// 2^-8 of max|v|, so 3 * 2^-8 * max|v| bounds the difference. Backward runs and is finite.
+TEST(CudaModelParity, Bf16PackedAttentionMatchesTheFp32Reference) {
+  FURLONG_REQUIRE_TEST_DEVICE(device);
+  const auto batch = models::PackedBatch::from_documents(docs_of({5, 17, 9}, 7));
+  const int64_t P = batch.num_tokens(), N = 4, K = 2, H = 64;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto q = at::randn({P, N, H}, gen).to(at::kBFloat16);
+  auto k = at::randn({P, K, H}, gen).to(at::kBFloat16);
+  auto v = at::randn({P, K, H}, gen).to(at::kBFloat16);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(H));
+  auto reference = models::attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), batch,
+                                     models::AttnImpl::kEager, scale);
+  auto q_dev = q.to(device).requires_grad_(true);
+  auto out =
+      models::attention(q_dev, k.to(device), v.to(device), batch, models::AttnImpl::kSdpa, scale);
+  const double bound = 3.0 * std::ldexp(1.0, -8) * v.to(at::kFloat).abs().max().item<double>();
+  const double err = (out.to(at::kCPU, at::kFloat) - reference).abs().max().item<double>();
+  record("bf16_packed_attention", {{"max_abs_err", err}, {"bound", bound}});
+  EXPECT_LE(err, bound);
+  out.to(at::kFloat).sum().backward();
+  ASSERT_TRUE(q_dev.grad().defined());
+  EXPECT_TRUE(at::isfinite(q_dev.grad()).all().item<bool>());
+}
+
 TEST(CudaModelParity, Fp32LogitsMatchTheCpuPath) {
   FURLONG_REQUIRE_TEST_DEVICE(device);
   const auto dir = cuda_testing::write_tiny_model("parity_fp32", 3, "float32");
