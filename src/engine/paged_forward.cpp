@@ -173,6 +173,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
   ctx.linear_override = kernels::inference_linear;
+  ctx.grouped_linear_override = kernels::grouped_inference_linear;
   if (cache.records_routing()) {
     ctx.moe = std::make_shared<models::MoeTrace>();
     ctx.moe->record = true;

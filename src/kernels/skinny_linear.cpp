@@ -168,6 +168,53 @@ at::Tensor skinny_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const a
   return x_MD.scalar_type() == at::kFloat ? y32_MF : y32_MF.to(x_MD.scalar_type());
 }
 
+namespace {
+
+// One weight-tile range of one group: the unit of grouped_skinny's parallel loop.
+struct GroupTiles {
+  const void* w_FD;
+  int64_t row0, rows;
+};
+
+// skinny_linear over row groups in one parallel_for over (group, weight tile): every output
+// element is computed by the same tile routine, over the same tiles, as skinny_linear on the
+// group's rows alone (tiles start at multiples of kWeightTile in both), so results are equal.
+at::Tensor grouped_skinny_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
+                                 const std::vector<int64_t>& rows_G) {
+  const int64_t D = x_AD.size(1), F = w_G_FD.front().size(0);
+  const bool bf16_weights = w_G_FD.front().scalar_type() == at::kBFloat16;
+  auto x32_AD = x_AD.to(at::kFloat).contiguous();
+  auto y32_AF = at::empty({x_AD.size(0), F}, x32_AD.options());
+  const float* x = x32_AD.data_ptr<float>();
+  float* y = y32_AF.data_ptr<float>();
+  std::vector<GroupTiles> groups;
+  int64_t row0 = 0;
+  for (size_t g = 0; g < w_G_FD.size(); ++g) {
+    if (rows_G[g] > 0) groups.push_back({w_G_FD[g].data_ptr(), row0, rows_G[g]});
+    row0 += rows_G[g];
+  }
+  const int64_t tiles = (F + kWeightTile - 1) / kWeightTile;
+  const auto items = static_cast<int64_t>(groups.size()) * tiles;
+  at::parallel_for(0, items, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1;) {
+      const GroupTiles& g = groups[static_cast<size_t>(i / tiles)];
+      const int64_t t0 = i % tiles, t1 = std::min(tiles, t0 + (i1 - i));
+      const int64_t f0 = t0 * kWeightTile, f1 = std::min(F, t1 * kWeightTile);
+      const float* x_g = x + g.row0 * D;
+      float* y_g = y + g.row0 * F;
+      if (bf16_weights) {
+        skinny_rows_bf16(x_g, static_cast<const uint16_t*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
+      } else {
+        skinny_rows_f32(x_g, static_cast<const float*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
+      }
+      i += t1 - t0;
+    }
+  });
+  return x_AD.scalar_type() == at::kFloat ? y32_AF : y32_AF.to(x_AD.scalar_type());
+}
+
+}  // namespace
+
 }  // namespace furlong::kernels
 
 namespace furlong::kernels {
@@ -196,23 +243,28 @@ at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
 
 }  // namespace
 
-at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
-  constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kOneDnnMaxWeight = int64_t{1} << 25;
+bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD) {
+  constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768;
   // Small weights (an MoE expert's projections, a few tokens each at decode): oneDNN's fixed
   // cost per call outweighs the GEMM, and the skinny kernel has none.
   constexpr int64_t kSmallWeight = int64_t{1} << 20;
   // A bf16 vocabulary head at 2..16 rows goes to oneDNN where the CPU computes bf16 natively
   // (AVX512-BF16, AMX: Qwen3-0.6B bf16 decode at batch 16, 64 -> 78 tokens/s); without native
   // bf16, oneDNN emulates it and the skinny kernel, which widens the weight once, is faster.
-  const bool native_bf16_head = x_MD.scalar_type() == at::kBFloat16 &&
-                                w_FD.scalar_type() == at::kBFloat16 && x_MD.is_cpu() &&
+  const bool native_bf16_head = x_like.scalar_type() == at::kBFloat16 &&
+                                w_FD.scalar_type() == at::kBFloat16 && x_like.is_cpu() &&
                                 has_native_bf16(c10::Device(c10::kCPU));
   const bool skinny_shape =
-      x_MD.dim() == 2 && w_FD.dim() == 2 &&
-      (x_MD.size(0) == 1 ||
-       (x_MD.size(0) <= kSkinnyMaxRows &&
+      x_like.dim() == 2 && w_FD.dim() == 2 &&
+      (rows == 1 ||
+       (rows <= kSkinnyMaxRows &&
         ((w_FD.size(0) >= kHeadMinRows && !native_bf16_head) || w_FD.numel() < kSmallWeight)));
-  if (skinny_shape && skinny_linear_supported(x_MD, w_FD)) {
+  return skinny_shape && skinny_linear_supported(x_like, w_FD);
+}
+
+at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
+  constexpr int64_t kOneDnnMaxWeight = int64_t{1} << 25;
+  if (inference_linear_takes_skinny(x_MD.dim() == 2 ? x_MD.size(0) : 0, x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
   }
   const bool cpu_fp32 = x_MD.is_cpu() && x_MD.dim() == 2 && w_FD.dim() == 2 &&
@@ -230,6 +282,27 @@ at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, cons
   }
   if (op == nullptr) return at::linear(x_MD, w_FD, b_F);
   return onednn_linear(*op, x_MD.contiguous(), w_FD.contiguous(), b_F);
+}
+
+at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
+                                    const std::vector<int64_t>& rows_G) {
+  FURLONG_ASSERT(!w_G_FD.empty() && w_G_FD.size() == rows_G.size(),
+                 "grouped_inference_linear: ", w_G_FD.size(), " weights for ", rows_G.size(),
+                 " row groups");
+  int64_t total_rows = 0;
+  for (size_t g = 0; g < w_G_FD.size(); ++g) {
+    const auto& w = w_G_FD[g];
+    FURLONG_ASSERT(
+        w.sizes() == w_G_FD.front().sizes() && w.scalar_type() == w_G_FD.front().scalar_type(),
+        "grouped_inference_linear: weight ", g, " is ", w.sizes(), " ", w.scalar_type(),
+        ", weight 0 ", w_G_FD.front().sizes(), " ", w_G_FD.front().scalar_type());
+    if (rows_G[g] > 0 && !inference_linear_takes_skinny(rows_G[g], x_AD, w)) return {};
+    total_rows += rows_G[g];
+  }
+  FURLONG_ASSERT(x_AD.dim() == 2 && total_rows == x_AD.size(0),
+                 "grouped_inference_linear: ", total_rows, " grouped rows for input ",
+                 x_AD.sizes());
+  return grouped_skinny_linear(x_AD, w_G_FD, rows_G);
 }
 
 }  // namespace furlong::kernels

@@ -43,4 +43,17 @@ namespace furlong::kernels {
 // - everything else (bf16, CUDA): at::linear.
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
 
+// Whether inference_linear sends `rows` input rows of x's dtype against w_FD to skinny_linear.
+bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
+
+// Row groups against their own weights, y[rows of g] = x[rows of g] W_g^T: group g is the
+// rows_G[g] rows after the previous groups' (sum = x's rows); every W_g has the same shape and
+// dtype, no bias. All groups run in one parallel region, where a per-group loop of small GEMMs
+// (an MoE layer's experts at decode, a few rows each) costs more in dispatch and thread wake-ups
+// than in arithmetic. Defined only when inference_linear would take skinny_linear for every
+// group; then each group's rows equal inference_linear(its rows, W_g) bit for bit. Otherwise an
+// undefined tensor: the caller runs its per-group loop.
+at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
+                                    const std::vector<int64_t>& rows_G);
+
 }  // namespace furlong::kernels

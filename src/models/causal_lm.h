@@ -73,6 +73,8 @@ struct ForwardContext {
   AttentionFn attention_override;
   // Optional replacement for at::linear in the blocks (layers.h, LinearFn).
   LinearFn linear_override;
+  // Optional grouped GEMM for the MoE experts (layers.h, GroupedLinearFn).
+  GroupedLinearFn grouped_linear_override;
   // Shared with ForwardOptions::moe (and so with a checkpointed block's recomputation).
   std::shared_ptr<MoeTrace> moe;
 };

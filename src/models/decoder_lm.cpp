@@ -91,7 +91,7 @@ at::Tensor DecoderLM::sparse_mlp(int64_t layer, const UnitTensors& p, const at::
     params.down_DF.push_back(p[base + 2]);
   }
   return sparse_moe_mlp(layer, h_PD, params, config_.moe, ctx.moe.get(), ctx.fused_kernels,
-                        ctx.linear_override);
+                        ctx.linear_override, ctx.grouped_linear_override);
 }
 
 at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,

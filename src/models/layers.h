@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "models/model_config.h"
 #include "models/packed_batch.h"
@@ -56,6 +57,11 @@ using LinearFn =
     std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)>;
 at::Tensor apply_linear(const LinearFn& linear, const at::Tensor& x, const at::Tensor& w,
                         const at::Tensor& b);
+// Optional: y[rows of g] = x[rows of g] W_g^T for consecutive row groups (the MoE experts), in
+// one call; returns an undefined tensor to decline, and the caller then loops over the groups
+// with its LinearFn. The rollout engine sets kernels::grouped_inference_linear.
+using GroupedLinearFn = std::function<at::Tensor(
+    const at::Tensor& x, const std::vector<at::Tensor>& w_G, const std::vector<int64_t>& rows_G)>;
 
 // down(silu(gate(x)) * up(x)); biases may be undefined.
 at::Tensor swiglu_mlp(const at::Tensor& x_PD, const at::Tensor& gate_FD, const at::Tensor& gate_b,

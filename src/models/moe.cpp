@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "kernels/cpu_kernels.h"
+#include "kernels/fused_ops.h"
 
 namespace furlong::models {
 namespace {
@@ -72,8 +74,26 @@ Routing route_tokens(const at::Tensor& x_PD, const at::Tensor& router_ED, const 
   return r;
 }
 
+namespace {
+
+// The experts' SwiGLU with each projection as one grouped call over the sorted rows; undefined
+// when `grouped` declines a projection (nothing computed is kept then).
+at::Tensor grouped_swiglu(const at::Tensor& x_AD, const MoeParams& params,
+                          const std::vector<int64_t>& rows_E, bool fused,
+                          const GroupedLinearFn& grouped) {
+  auto gate_AF = grouped(x_AD, params.gate_FD, rows_E);
+  if (!gate_AF.defined()) return {};
+  auto up_AF = grouped(x_AD, params.up_FD, rows_E);
+  if (!up_AF.defined()) return {};
+  auto hidden_AF = fused && kernels::supported(gate_AF) ? kernels::swiglu(gate_AF, up_AF)
+                                                        : at::silu(gate_AF) * up_AF;
+  return grouped(hidden_AF, params.down_DF, rows_E);
+}
+
+}  // namespace
+
 at::Tensor grouped_experts(const at::Tensor& x_PD, const Routing& routing, const MoeParams& params,
-                           bool fused, const LinearFn& linear) {
+                           bool fused, const LinearFn& linear, const GroupedLinearFn& grouped) {
   const int64_t K = routing.experts_PK.size(1);
   const auto E = static_cast<int64_t>(params.gate_FD.size());
   // Assignment a = p * K + k; sorted stably by expert, so each expert's rows are contiguous and
@@ -84,24 +104,29 @@ at::Tensor grouped_experts(const at::Tensor& x_PD, const Routing& routing, const
   auto counts_E = at::bincount(expert_A, {}, E).cpu();
   const auto* counts = counts_E.data_ptr<int64_t>();
   auto x_AD = x_PD.index_select(0, token_A);
-  std::vector<at::Tensor> outputs;
-  int64_t offset = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (counts[e] == 0) continue;
-    auto rows = x_AD.narrow(0, offset, counts[e]);
-    outputs.push_back(swiglu_mlp(rows, params.gate_FD[e], {}, params.up_FD[e], {},
-                                 params.down_DF[e], {}, fused, linear));
-    offset += counts[e];
+  at::Tensor y_AD;
+  if (grouped)
+    y_AD = grouped_swiglu(x_AD, params, std::vector<int64_t>(counts, counts + E), fused, grouped);
+  if (!y_AD.defined()) {
+    std::vector<at::Tensor> outputs;
+    int64_t offset = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (counts[e] == 0) continue;
+      auto rows = x_AD.narrow(0, offset, counts[e]);
+      outputs.push_back(swiglu_mlp(rows, params.gate_FD[e], {}, params.up_FD[e], {},
+                                   params.down_DF[e], {}, fused, linear));
+      offset += counts[e];
+    }
+    y_AD = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
   }
-  auto y_AD = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
   auto weight_A1 = routing.weights_PK.reshape(-1).index_select(0, order_A).unsqueeze(1);
   y_AD = y_AD * weight_A1;
   return at::zeros_like(x_PD).index_add(0, token_A, y_AD.to(x_PD.scalar_type()));
 }
 
 at::Tensor sparse_moe_mlp(int64_t layer, const at::Tensor& x_PD, const MoeParams& params,
-                          const MoeConfig& moe, MoeTrace* trace, bool fused,
-                          const LinearFn& linear) {
+                          const MoeConfig& moe, MoeTrace* trace, bool fused, const LinearFn& linear,
+                          const GroupedLinearFn& grouped) {
   at::Tensor replay_PK;
   if (trace != nullptr && trace->replay_PLK.defined()) {
     replay_PK = replay_ids_of_layer(*trace, layer, x_PD.size(0), moe);
@@ -123,7 +148,7 @@ at::Tensor sparse_moe_mlp(int64_t layer, const at::Tensor& x_PD, const MoeParams
       store(trace->mean_router_probs, layer, routing.probs_PE.mean(0));
     }
   }
-  return grouped_experts(x_PD, routing, params, fused, linear);
+  return grouped_experts(x_PD, routing, params, fused, linear, grouped);
 }
 
 at::Tensor load_balancing_loss(const MoeTrace& trace, int64_t num_experts, int64_t top_k) {

@@ -64,14 +64,15 @@ Routing route_tokens(const at::Tensor& x_PD, const at::Tensor& router_ED, const 
                      const at::Tensor& replay_PK, const LinearFn& linear);
 
 // sum_k weights[p, k] * expert_{experts[p, k]}(x[p]): tokens are grouped by expert (one stable
-// sort) and each expert with tokens runs one GEMM per projection over its rows.
+// sort) and each expert with tokens runs one GEMM per projection over its rows; with
+// `grouped` set (and not declining), each projection is one call over all experts' rows.
 at::Tensor grouped_experts(const at::Tensor& x_PD, const Routing& routing, const MoeParams& params,
-                           bool fused, const LinearFn& linear);
+                           bool fused, const LinearFn& linear, const GroupedLinearFn& grouped = {});
 
 // The sparse MLP of one layer, recording into / replaying from `trace` (may be null).
 at::Tensor sparse_moe_mlp(int64_t layer, const at::Tensor& x_PD, const MoeParams& params,
-                          const MoeConfig& moe, MoeTrace* trace, bool fused,
-                          const LinearFn& linear);
+                          const MoeConfig& moe, MoeTrace* trace, bool fused, const LinearFn& linear,
+                          const GroupedLinearFn& grouped = {});
 
 // Switch-Transformer load-balancing loss as transformers' load_balancing_loss_func computes
 // it over all MoE layers of one forward: E * sum_e f_e * p_e, where f_e is the share of top-k
