@@ -272,4 +272,43 @@ at::Tensor avx512_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const a
   return bf16_in ? y32_MF.to(at::kBFloat16) : y32_MF;
 }
 
+at::Tensor avx512_grouped_bf16_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
+                                      const std::vector<int64_t>& rows_G) {
+  FURLONG_ASSERT(avx512_bf16_dot_available() && x_AD.scalar_type() == at::kBFloat16 &&
+                     !w_G_FD.empty() && w_G_FD.size() == rows_G.size(),
+                 "avx512_grouped_bf16_linear: needs AVX512-BF16, bf16 input and one weight per "
+                 "row group");
+  const int64_t D = x_AD.size(1), F = w_G_FD.front().size(0);
+  auto x16_AD = x_AD.contiguous();
+  auto y16_AF = at::empty({x_AD.size(0), F}, x16_AD.options());
+  const uint16_t* x = bf16_bits(x16_AD);
+  auto* y = reinterpret_cast<uint16_t*>(y16_AF.data_ptr<at::BFloat16>());
+  std::vector<Operands<uint16_t, uint16_t, uint16_t>> groups;
+  int64_t row0 = 0;
+  for (size_t g = 0; g < w_G_FD.size(); ++g) {
+    const auto& w = w_G_FD[g];
+    FURLONG_ASSERT(avx512_linear_supported(x_AD, w) && w.scalar_type() == at::kBFloat16 &&
+                       w.sizes() == w_G_FD.front().sizes(),
+                   "avx512_grouped_bf16_linear: weight ", g, " is ", w.sizes(), " ",
+                   w.scalar_type());
+    if (rows_G[g] > 0) {
+      groups.push_back({x + row0 * D, bf16_bits(w), y + row0 * F, nullptr, rows_G[g], D, F});
+    }
+    row0 += rows_G[g];
+  }
+  FURLONG_ASSERT(row0 == x_AD.size(0), "avx512_grouped_bf16_linear: ", row0,
+                 " grouped rows for input ", x_AD.sizes());
+  const int64_t tiles = (F + kTileW - 1) / kTileW;
+  const auto items = static_cast<int64_t>(groups.size()) * tiles;
+  at::parallel_for(0, items, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1;) {
+      const auto& o = groups[static_cast<size_t>(i / tiles)];
+      const int64_t t0 = i % tiles, t1 = std::min(tiles, t0 + (i1 - i));
+      slab_bf16(o, t0 * kTileW, std::min(F, t1 * kTileW));
+      i += t1 - t0;
+    }
+  });
+  return y16_AF;
+}
+
 }  // namespace furlong::kernels

@@ -15,14 +15,18 @@
 // 4 * D elements) stay in L1 while every input row passes over them, so weights are read from
 // memory once per call.
 //
-// Not routed by inference_linear yet: at 2 threads on Zen 4 it matches oneDNN on an isolated
-// product (bf16, 64 rows: ~280 GFLOP/s), but in the engine at the Qwen3-0.6B shape the whole
-// step measured slower with it (bf16 batch 32: 76 against 88 tokens/s), which is not explained.
+// inference_linear routes only small bf16 weights (an MoE expert's projections) at up to 16
+// rows here. For dense layers it is not routed: at 2 threads on Zen 4 it matches oneDNN on an
+// isolated product (bf16, 64 rows: ~280 GFLOP/s), but in the engine at the Qwen3-0.6B shape the
+// whole step measured slower with it (bf16 batch 32: 76 against 88 tokens/s), which is not
+// explained.
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 namespace furlong::kernels {
 
@@ -37,5 +41,12 @@ bool avx512_linear_supported(const at::Tensor& x_MD, const at::Tensor& w_FD);
 
 // [M, F] in x's dtype; b_F may be undefined.
 at::Tensor avx512_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
+
+// bf16 inputs against bf16 weights per row group (group g: the rows_G[g] rows after the
+// previous groups'; every W_g the same shape), in one parallel loop over groups and weight
+// tiles; needs avx512_bf16_dot_available(). Each output element takes the same instructions as
+// in avx512_linear, so each group's rows equal avx512_linear(its rows, W_g) bit for bit.
+at::Tensor avx512_grouped_bf16_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
+                                      const std::vector<int64_t>& rows_G);
 
 }  // namespace furlong::kernels

@@ -32,6 +32,8 @@ namespace furlong::kernels {
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
 // - one input row (batch-1 decode): skinny_linear (one row streams weights at 22-25 GB/s, the
 //   machine's read bandwidth being about 30);
+// - bf16 weights under 1M elements (an MoE expert's projections) with bf16 inputs at up to 16
+//   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
 //   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster) and for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
@@ -43,7 +45,10 @@ namespace furlong::kernels {
 // - everything else (bf16, CUDA): at::linear.
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
 
-// Whether inference_linear sends `rows` input rows of x's dtype against w_FD to skinny_linear.
+// Whether inference_linear sends `rows` input rows of x's dtype against w_FD to
+// avx512_linear's bf16 dot products (checked first), or else to skinny_linear.
+bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
+                                     const at::Tensor& w_FD);
 bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
 
 // Row groups against their own weights, y[rows of g] = x[rows of g] W_g^T: group g is the
@@ -51,8 +56,9 @@ bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const
 // dtype, no bias. All groups run in one parallel region, where a per-group loop of small GEMMs
 // (an MoE layer's experts at decode, a few rows each) costs more in dispatch and thread wake-ups
 // than in arithmetic. Defined only when inference_linear would take skinny_linear for every
-// group; then each group's rows equal inference_linear(its rows, W_g) bit for bit. Otherwise an
-// undefined tensor: the caller runs its per-group loop.
+// group (or avx512_linear's bf16 dot path for every group; skinny_linear.h and avx512_linear.h
+// run the groups in one loop); then each group's rows equal inference_linear(its rows, W_g) bit
+// for bit. Otherwise an undefined tensor: the caller runs its per-group loop.
 at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
                                     const std::vector<int64_t>& rows_G);
 
