@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/group_tiles.h"
 #include "kernels/vec_math.h"
 
 namespace furlong::kernels {
@@ -298,16 +299,10 @@ at::Tensor avx512_grouped_bf16_linear(const at::Tensor& x_AD, const std::vector<
   }
   FURLONG_ASSERT(row0 == x_AD.size(0), "avx512_grouped_bf16_linear: ", row0,
                  " grouped rows for input ", x_AD.sizes());
-  const int64_t tiles = (F + kTileW - 1) / kTileW;
-  const auto items = static_cast<int64_t>(groups.size()) * tiles;
-  at::parallel_for(0, items, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1;) {
-      const auto& o = groups[static_cast<size_t>(i / tiles)];
-      const int64_t t0 = i % tiles, t1 = std::min(tiles, t0 + (i1 - i));
-      slab_bf16(o, t0 * kTileW, std::min(F, t1 * kTileW));
-      i += t1 - t0;
-    }
-  });
+  parallel_over_group_tiles(static_cast<int64_t>(groups.size()), F, kTileW,
+                            [&](int64_t g, int64_t f0, int64_t f1) {
+                              slab_bf16(groups[static_cast<size_t>(g)], f0, f1);
+                            });
   return y16_AF;
 }
 

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/avx512_linear.h"
+#include "kernels/group_tiles.h"
 #include "kernels/target_clones.h"
 #include "kernels/vec_math.h"
 
@@ -171,8 +172,8 @@ at::Tensor skinny_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const a
 
 namespace {
 
-// One weight-tile range of one group: the unit of grouped_skinny's parallel loop.
-struct GroupTiles {
+// One row group of grouped_skinny_linear: its weight and its rows of x and y.
+struct RowGroup {
   const void* w_FD;
   int64_t row0, rows;
 };
@@ -188,29 +189,23 @@ at::Tensor grouped_skinny_linear(const at::Tensor& x_AD, const std::vector<at::T
   auto y32_AF = at::empty({x_AD.size(0), F}, x32_AD.options());
   const float* x = x32_AD.data_ptr<float>();
   float* y = y32_AF.data_ptr<float>();
-  std::vector<GroupTiles> groups;
+  std::vector<RowGroup> groups;
   int64_t row0 = 0;
   for (size_t g = 0; g < w_G_FD.size(); ++g) {
     if (rows_G[g] > 0) groups.push_back({w_G_FD[g].data_ptr(), row0, rows_G[g]});
     row0 += rows_G[g];
   }
-  const int64_t tiles = (F + kWeightTile - 1) / kWeightTile;
-  const auto items = static_cast<int64_t>(groups.size()) * tiles;
-  at::parallel_for(0, items, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1;) {
-      const GroupTiles& g = groups[static_cast<size_t>(i / tiles)];
-      const int64_t t0 = i % tiles, t1 = std::min(tiles, t0 + (i1 - i));
-      const int64_t f0 = t0 * kWeightTile, f1 = std::min(F, t1 * kWeightTile);
-      const float* x_g = x + g.row0 * D;
-      float* y_g = y + g.row0 * F;
-      if (bf16_weights) {
-        skinny_rows_bf16(x_g, static_cast<const uint16_t*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
-      } else {
-        skinny_rows_f32(x_g, static_cast<const float*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
-      }
-      i += t1 - t0;
-    }
-  });
+  parallel_over_group_tiles(
+      static_cast<int64_t>(groups.size()), F, kWeightTile, [&](int64_t gi, int64_t f0, int64_t f1) {
+        const RowGroup& g = groups[static_cast<size_t>(gi)];
+        const float* x_g = x + g.row0 * D;
+        float* y_g = y + g.row0 * F;
+        if (bf16_weights) {
+          skinny_rows_bf16(x_g, static_cast<const uint16_t*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
+        } else {
+          skinny_rows_f32(x_g, static_cast<const float*>(g.w_FD), y_g, g.rows, D, F, f0, f1);
+        }
+      });
   return x_AD.scalar_type() == at::kFloat ? y32_AF : y32_AF.to(x_AD.scalar_type());
 }
 
