@@ -8,6 +8,7 @@
 
 #include "core/json_util.h"
 #include "core/log.h"
+#include "reward/http_util.h"
 
 namespace furlong::reward {
 namespace {
@@ -18,19 +19,6 @@ struct AttemptResult {
   Json body;
   std::string error;
 };
-
-void set_timeout(httplib::Client& client, double seconds) {
-  auto sec = static_cast<time_t>(seconds);
-  auto usec = static_cast<time_t>((seconds - double(sec)) * 1e6);
-  client.set_connection_timeout(sec, usec);
-  client.set_read_timeout(sec, usec);
-  client.set_write_timeout(sec, usec);
-}
-
-std::string excerpt(const std::string& body) {
-  constexpr size_t kMax = 200;
-  return body.size() <= kMax ? body : body.substr(0, kMax) + "...";
-}
 
 }  // namespace
 
@@ -78,19 +66,19 @@ Json RemoteRewardClient::post(const Json& payload) const {
     ++stats_.attempts;
     AttemptResult result;
     httplib::Client client(base_);
-    set_timeout(client, options_.timeout_s);
+    set_http_timeouts(client, options_.timeout_s);
     auto res = client.Post(path_.c_str(), body, "application/json");
     if (!res) {
       result.error = "request failed (" + httplib::to_string(res.error()) + ")";
     } else if (res->status < 200 || res->status >= 300) {
-      result.error = "HTTP " + std::to_string(res->status) + ": " + excerpt(res->body);
+      result.error = "HTTP " + std::to_string(res->status) + ": " + body_excerpt(res->body);
       result.retryable = res->status >= 500 || res->status == 429;
     } else {
       try {
         result.body = parse_json(res->body, "the reward server's response");
         result.ok = true;
       } catch (const std::exception&) {
-        result.error = "the response is not JSON: " + excerpt(res->body);
+        result.error = "the response is not JSON: " + body_excerpt(res->body);
       }
     }
     if (result.ok) return result.body;

@@ -7,22 +7,10 @@
 #include <thread>
 
 #include "core/log.h"
+#include "reward/http_util.h"
 
 namespace furlong::train {
 namespace {
-
-void set_timeout(httplib::Client& client, double seconds) {
-  auto sec = static_cast<time_t>(seconds);
-  auto usec = static_cast<time_t>((seconds - double(sec)) * 1e6);
-  client.set_connection_timeout(sec, usec);
-  client.set_read_timeout(sec, usec);
-  client.set_write_timeout(sec, usec);
-}
-
-std::string excerpt(const std::string& body) {
-  constexpr size_t kMax = 200;
-  return body.size() <= kMax ? body : body.substr(0, kMax) + "...";
-}
 
 struct Attempt {
   bool ok = false;
@@ -36,7 +24,7 @@ Attempt attempt_once(const std::string& base, const std::string& path, const std
                      double timeout_s) {
   Attempt a;
   httplib::Client client(base);
-  set_timeout(client, timeout_s);
+  reward::set_http_timeouts(client, timeout_s);
   const auto t0 = std::chrono::steady_clock::now();
   auto res = client.Post(path.c_str(), body, "application/json");
   const double elapsed =
@@ -48,14 +36,14 @@ Attempt attempt_once(const std::string& base, const std::string& path, const std
     a.error = a.timed_out ? "no answer within " + std::to_string(timeout_s) + " s"
                           : "request failed (" + httplib::to_string(res.error()) + ")";
   } else if (res->status < 200 || res->status >= 300) {
-    a.error = "HTTP " + std::to_string(res->status) + ": " + excerpt(res->body);
+    a.error = "HTTP " + std::to_string(res->status) + ": " + reward::body_excerpt(res->body);
     a.retryable = res->status >= 500 || res->status == 429;
   } else {
     try {
       a.body = parse_json(res->body, "the answer");
       a.ok = true;
     } catch (const std::exception&) {
-      a.error = "the answer is not JSON: " + excerpt(res->body);
+      a.error = "the answer is not JSON: " + reward::body_excerpt(res->body);
     }
   }
   return a;
