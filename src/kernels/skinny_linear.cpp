@@ -239,11 +239,15 @@ at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
 
 }  // namespace
 
+namespace {
+
+// inference_linear's thresholds. Small weights (an MoE expert's projections, a few tokens each
+// at decode): oneDNN's fixed cost per call outweighs the GEMM, and the skinny kernels have none.
+constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kSmallWeight = int64_t{1} << 20;
+
+}  // namespace
+
 bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD) {
-  constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768;
-  // Small weights (an MoE expert's projections, a few tokens each at decode): oneDNN's fixed
-  // cost per call outweighs the GEMM, and the skinny kernel has none.
-  constexpr int64_t kSmallWeight = int64_t{1} << 20;
   // A bf16 vocabulary head at 2..16 rows goes to oneDNN where the CPU computes bf16 natively
   // (AVX512-BF16, AMX: Qwen3-0.6B bf16 decode at batch 16, 64 -> 78 tokens/s); without native
   // bf16, oneDNN emulates it and the skinny kernel, which widens the weight once, is faster.
@@ -264,7 +268,6 @@ bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
   // products: vdpbf16ps does two products per lane per instruction on bf16 operands as stored,
   // where the skinny kernel widens both to fp32 (qwen3_moe_small bf16 decode at batch 32,
   // alternating runs: about 410 -> 560 tokens/s).
-  constexpr int64_t kSkinnyMaxRows = 16, kSmallWeight = int64_t{1} << 20;
   return rows <= kSkinnyMaxRows && x_like.scalar_type() == at::kBFloat16 &&
          w_FD.scalar_type() == at::kBFloat16 && w_FD.dim() == 2 && w_FD.numel() < kSmallWeight &&
          avx512_bf16_dot_available() && avx512_linear_supported(x_like, w_FD);
@@ -323,9 +326,8 @@ at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at
                  x_AD.sizes());
   // Groups that inference_linear would split between two kernels: the caller's loop does that.
   if (any_bf16_dot && any_skinny) return {};
-  const bool bf16_dot = any_bf16_dot;
-  return bf16_dot ? avx512_grouped_bf16_linear(x_AD, w_G_FD, rows_G)
-                  : grouped_skinny_linear(x_AD, w_G_FD, rows_G);
+  return any_bf16_dot ? avx512_grouped_bf16_linear(x_AD, w_G_FD, rows_G)
+                      : grouped_skinny_linear(x_AD, w_G_FD, rows_G);
 }
 
 }  // namespace furlong::kernels

@@ -54,10 +54,6 @@ std::pair<at::Tensor, double> logits_on(const models::CausalLM& model,
   return {logits_PV, tol::head_abs_scale(hidden_PD.cpu(), head_VD.cpu())};
 }
 
-// fp32 forward on the device against the CPU's, from the same HF directory. Each is within the
-// fp32 rounding budget of the exact logits (tol::forward_logits_budget: 9 reductions per layer
-// plus the final norm and head, each of at most 128 terms), so they differ by at most twice it.
-// TF32 would break this (10-bit products): libtorch leaves it off for matmuls by default.
 // Packed-document attention in bf16 on the device (one varlen flash-attention call on CUDA,
 // models/layers.cpp) against the fp32 eager reference on the CPU, from the same bf16 inputs
 // (3 documents, GQA 4:2, head 64). The output is a convex combination of value rows: rounding
@@ -86,6 +82,10 @@ TEST(CudaModelParity, Bf16PackedAttentionMatchesTheFp32Reference) {
   EXPECT_TRUE(at::isfinite(q_dev.grad()).all().item<bool>());
 }
 
+// fp32 forward on the device against the CPU's, from the same HF directory. Each is within the
+// fp32 rounding budget of the exact logits (tol::forward_logits_budget: 9 reductions per layer
+// plus the final norm and head, each of at most 128 terms), so they differ by at most twice it.
+// TF32 would break this (10-bit products): libtorch leaves it off for matmuls by default.
 TEST(CudaModelParity, Fp32LogitsMatchTheCpuPath) {
   FURLONG_REQUIRE_TEST_DEVICE(device);
   const auto dir = cuda_testing::write_tiny_model("parity_fp32", 3, "float32");
