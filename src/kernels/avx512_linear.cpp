@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kTileW = 4;  // weight rows per register tile
 constexpr int kTileX = 4;  // input rows per register tile (16 accumulators)
+constexpr int kTileW1 = 8; // weight rows per tile when there is one input row
 constexpr bool kPrefetch = true;
 
 bool aten_capped_below_avx512() {
@@ -115,12 +116,15 @@ FURLONG_AVX512 FURLONG_TILE void rows_f32(const Operands<float, WT, YT>& o, int6
   }
 }
 
+// One input row: kTileW1 weight rows per tile, so that as many independent FMA chains hide
+// the FMA latency (a lone chain per row runs at a fraction of the memory bandwidth).
 template <class WT, class YT>
 FURLONG_AVX512 void slab_f32(const Operands<float, WT, YT>& o, int64_t f_begin, int64_t f_end) {
   int64_t f = f_begin;
-  if (o.M > 1) {
-    for (; f + kTileW <= f_end; f += kTileW) rows_f32<kTileW>(o, f);
+  if (o.M == 1) {
+    for (; f + kTileW1 <= f_end; f += kTileW1) tile_f32<kTileW1, 1>(o, f, 0);
   }
+  for (; f + kTileW <= f_end; f += kTileW) rows_f32<kTileW>(o, f);
   for (; f < f_end; ++f) rows_f32<1>(o, f);
 }
 
@@ -188,9 +192,10 @@ FURLONG_AVX512_BF16 FURLONG_TILE void rows_bf16(const Operands<uint16_t, uint16_
 FURLONG_AVX512_BF16 void slab_bf16(const Operands<uint16_t, uint16_t, uint16_t>& o, int64_t f_begin,
                                    int64_t f_end) {
   int64_t f = f_begin;
-  if (o.M > 1) {
-    for (; f + kTileW <= f_end; f += kTileW) rows_bf16<kTileW>(o, f);
+  if (o.M == 1) {
+    for (; f + kTileW1 <= f_end; f += kTileW1) tile_bf16<kTileW1, 1>(o, f, 0);
   }
+  for (; f + kTileW <= f_end; f += kTileW) rows_bf16<kTileW>(o, f);
   for (; f < f_end; ++f) rows_bf16<1>(o, f);
 }
 

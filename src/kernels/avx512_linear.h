@@ -13,13 +13,14 @@
 //   fp32 sums; the result is rounded to bf16 once (as oneDNN's bf16 GEMM).
 // Register tile: 4 weight rows x 4 input rows (16 accumulators); the 4 weight rows (at most
 // 4 * D elements) stay in L1 while every input row passes over them, so weights are read from
-// memory once per call.
+// memory once per call. With one input row the tile is 8 weight rows (8 independent FMA
+// chains, which a lone row's chain would leave waiting on the FMA latency).
 //
-// inference_linear routes only small bf16 weights (an MoE expert's projections) at up to 16
-// rows here. For dense layers it is not routed: at 2 threads on Zen 4 it matches oneDNN on an
-// isolated product (bf16, 64 rows: ~280 GFLOP/s), but in the engine at the Qwen3-0.6B shape the
-// whole step measured slower with it (bf16 batch 32: 76 against 88 tokens/s), which is not
-// explained.
+// inference_linear (skinny_linear.h) routes here, on AVX-512 CPUs: small bf16 weights (an MoE
+// expert's projections) at up to 16 rows, dense weights at 2..16 rows, and a vocabulary head
+// at 2 rows and more (bf16: up to 32). Those are the shapes where it measured faster than
+// oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput, Qwen3-0.6B, 2 threads, Zen 4); from
+// 64 rows oneDNN's packed GEMM is faster on dense weights.
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once

@@ -30,10 +30,13 @@ namespace furlong::kernels {
 
 // The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
-// - one input row (batch-1 decode): skinny_linear (one row streams weights at 22-25 GB/s, the
-//   machine's read bandwidth being about 30);
+// - one input row (batch-1 decode): skinny_linear (one row streams weights at 32-37 GB/s, about
+//   the machine's read bandwidth);
 // - bf16 weights under 1M elements (an MoE expert's projections) with bf16 inputs at up to 16
 //   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
+// - on AVX-512 CPUs, fp32 x fp32 or (with AVX512-BF16) bf16 x bf16, weights of 1M elements and
+//   more: avx512_linear at 2..16 rows, and for a vocabulary-sized head at any number of rows in
+//   fp32 and up to 32 in bf16 (1.3-2x faster than oneDNN / MKL there);
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
 //   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster) and for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
@@ -50,6 +53,8 @@ at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, cons
 bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
                                      const at::Tensor& w_FD);
 bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
+// Whether it sends them to avx512_linear as a dense layer or vocabulary head (the rule above).
+bool inference_linear_takes_avx512(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
 
 // Row groups against their own weights, y[rows of g] = x[rows of g] W_g^T: group g is the
 // rows_G[g] rows after the previous groups' (sum = x's rows); every W_g has the same shape and

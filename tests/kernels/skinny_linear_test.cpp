@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/tolerances.h"
+#include "kernels/avx512_linear.h"
 #include "kernels/skinny_linear.h"
 
 namespace furlong::kernels {
@@ -44,9 +45,18 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
   at::manual_seed(4);
   auto w = at::randn({512, 256}), b = at::randn({512});
   auto head_w = at::randn({40000, 32}), head_b = at::randn({40000});
-  for (int64_t M : {1, 16, 17, 64}) {  // head: skinny up to 16 rows, then ATen; else oneDNN
+  auto dense_w = at::randn({1024, 1024}), dense_b = at::randn({1024});
+  // Small weight: skinny up to 16 rows, else oneDNN; dense weight: skinny at 1 row, avx512_linear
+  // at 2..16 (on AVX-512 CPUs), else oneDNN; head: skinny or avx512_linear, MKL from 17 rows
+  // without AVX-512.
+  for (int64_t M : {1, 2, 16, 17, 64}) {
     auto x = at::randn({M, 256});
     EXPECT_LE(tol::linear_excess_over_bound(inference_linear(x, w, b), x, w, b, false), 0.0) << M;
+    auto xd = at::randn({M, 1024});
+    EXPECT_LE(tol::linear_excess_over_bound(inference_linear(xd, dense_w, dense_b), xd, dense_w,
+                                            dense_b, false),
+              0.0)
+        << M;
     auto xh = at::randn({M, 32});
     EXPECT_LE(tol::linear_excess_over_bound(inference_linear(xh, head_w, head_b), xh, head_w,
                                             head_b, false),
@@ -59,6 +69,35 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
   EXPECT_LE(tol::linear_excess_over_bound(inference_linear(x.narrow(0, 0, 4), w, b),
                                           x.narrow(0, 0, 4), w, b, false),
             0.0);
+}
+
+// The routing rule of skinny_linear.h on AVX-512 CPUs: dense weights (1M elements and more) at
+// 2..16 rows and a vocabulary head at 2 rows and more (bf16: up to 32) go to avx512_linear,
+// bit for bit its result; one row, small weights and 17+ rows of dense weights do not.
+TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
+  if (!avx512_linear_available()) GTEST_SKIP() << "no AVX-512 (or ATEN_CPU_CAPABILITY caps it)";
+  c10::InferenceMode guard;
+  at::manual_seed(7);
+  auto dense = at::randn({1024, 1024}), small = at::randn({512, 256});
+  auto head = at::randn({40000, 32});
+  auto x = at::randn({1, 1024}), xh = at::randn({1, 32});
+  for (int64_t rows : {2, 8, 16}) EXPECT_TRUE(inference_linear_takes_avx512(rows, x, dense));
+  for (int64_t rows : {1, 17, 64}) EXPECT_FALSE(inference_linear_takes_avx512(rows, x, dense));
+  for (int64_t rows : {2, 16, 64, 256}) EXPECT_TRUE(inference_linear_takes_avx512(rows, xh, head));
+  EXPECT_FALSE(inference_linear_takes_avx512(1, xh, head));
+  EXPECT_FALSE(inference_linear_takes_avx512(8, at::randn({1, 256}), small));
+  if (avx512_bf16_dot_available()) {
+    auto xb = xh.to(at::kBFloat16), hb = head.to(at::kBFloat16);
+    EXPECT_TRUE(inference_linear_takes_avx512(32, xb, hb));
+    EXPECT_FALSE(inference_linear_takes_avx512(33, xb, hb));
+    EXPECT_FALSE(inference_linear_takes_avx512(8, xb, head));  // mixed dtypes: not routed
+  }
+  for (int64_t rows : {2, 8, 16}) {
+    auto xr = at::randn({rows, 1024});
+    EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), avx512_linear(xr, dense, {}))) << rows;
+    auto xhr = at::randn({rows * 4, 32});
+    EXPECT_TRUE(at::equal(inference_linear(xhr, head, {}), avx512_linear(xhr, head, {}))) << rows;
+  }
 }
 
 // The grouped call is the per-group loop the MoE layer would otherwise run, bit for bit: each
