@@ -2,7 +2,8 @@
 // Submits `batch` requests at once (prompts of `prompt-len` deterministic tokens, sampling at
 // the given temperature, ignore eos, `max-new-tokens` each), and prints one JSON object: wall
 // time, output tokens/s, and time to first token (submit -> the first token of every request,
-// i.e. the batch's prefill latency; mean and max over requests).
+// i.e. the batch's prefill latency; mean and max over requests). With --runs N > 1 the figures
+// are those of the median run (by wall time), and every run's output tokens/s is listed.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@ struct BenchOptions {
   double temperature = 1.0;
   int64_t threads = 0;
   int64_t warmup = 1;
+  int64_t runs = 1;
   bool exact_logprobs = false;  // the engine's default
   int64_t n_samples = 1;        // requests per distinct prompt (GRPO's n)
   bool prefix_sharing = true;   // the engine's default
@@ -90,6 +92,7 @@ int run(const std::vector<std::string>& args) {
   flags.add("temperature", &o.temperature, "sampling temperature (0 = greedy)");
   flags.add("threads", &o.threads, "intra-op threads (0 = default)");
   flags.add("warmup", &o.warmup, "untimed runs first");
+  flags.add("runs", &o.runs, "timed runs (the median run is reported)");
   flags.add("exact-logprobs", &o.exact_logprobs, "engine option exact_logprobs");
   flags.add("n-samples", &o.n_samples,
             "consecutive requests with the same prompt (GRPO's n; seeds differ)");
@@ -98,6 +101,7 @@ int run(const std::vector<std::string>& args) {
   flags.add("device", &o.device, "engine option device: cpu or cuda[:i]");
   if (!flags.parse(args)) return 0;
   FURLONG_CHECK(o.n_samples >= 1, "--n-samples must be >= 1");
+  FURLONG_CHECK(o.runs >= 1, "--runs must be >= 1");
   engine::EngineOptions eo;
   eo.dtype = o.dtype;
   eo.device = o.device;
@@ -109,8 +113,17 @@ int run(const std::vector<std::string>& args) {
   const int64_t vocab = eng->model().config().vocab_size;
   for (int64_t i = 0; i < o.warmup; ++i) run_once(*eng, o, vocab);
   const int64_t shared_before = eng->model_info()["prefix_shared_tokens"].get<int64_t>();
-  auto r = run_once(*eng, o, vocab);
-  const int64_t shared = eng->model_info()["prefix_shared_tokens"].get<int64_t>() - shared_before;
+  std::vector<RunResult> runs;
+  for (int64_t i = 0; i < o.runs; ++i) runs.push_back(run_once(*eng, o, vocab));
+  const int64_t shared =
+      (eng->model_info()["prefix_shared_tokens"].get<int64_t>() - shared_before) / o.runs;
+  Json rates = Json::array();
+  for (const auto& run : runs) {
+    rates.push_back(static_cast<double>(run.output_tokens) / run.seconds);
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const RunResult& a, const RunResult& b) { return a.seconds < b.seconds; });
+  const RunResult& r = runs[runs.size() / 2];
   double ttft_mean = 0, ttft_max = 0;
   for (double t : r.ttft) {
     ttft_mean += t / static_cast<double>(r.ttft.size());
@@ -133,7 +146,9 @@ int run(const std::vector<std::string>& args) {
               {"output_tokens", r.output_tokens},
               {"output_tokens_per_s", static_cast<double>(r.output_tokens) / r.seconds},
               {"ttft_mean_s", ttft_mean},
-              {"ttft_max_s", ttft_max}};
+              {"ttft_max_s", ttft_max},
+              {"runs", o.runs},
+              {"runs_output_tokens_per_s", rates}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

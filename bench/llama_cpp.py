@@ -49,6 +49,13 @@ def source_dir():
         return pathlib.Path(found[-1])
     src.mkdir(parents=True, exist_ok=True)
     log("downloading the llama-cpp-python source package from PyPI (vendors llama.cpp)")
+    # pip prepares the sdist's metadata even for `download`; without build isolation that
+    # needs the package's build backend in this environment.
+    if importlib.util.find_spec("scikit_build_core") is None:
+        log(f"pip installing scikit-build-core (llama-cpp-python's build backend) into "
+            f"{sys.prefix}")
+        subprocess.run([PY, "-m", "pip", "install", "-q", "scikit-build-core"], check=True,
+                       timeout=900)
     subprocess.run([PY, "-m", "pip", "download", "llama-cpp-python", "--no-binary", ":all:",
                     "--no-deps", "--no-build-isolation", "-d", str(src)], check=True,
                    timeout=900)
