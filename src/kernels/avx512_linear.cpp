@@ -19,9 +19,9 @@ namespace {
 #define FURLONG_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #define FURLONG_TILE inline __attribute__((always_inline))
 
-constexpr int kTileW = 4;  // weight rows per register tile
-constexpr int kTileX = 4;  // input rows per register tile (16 accumulators)
-constexpr int kTileW1 = 8; // weight rows per tile when there is one input row
+constexpr int kTileW = 4;   // weight rows per register tile
+constexpr int kTileX = 4;   // input rows per register tile (16 accumulators)
+constexpr int kTileW1 = 8;  // weight rows per tile when there is one input row
 constexpr bool kPrefetch = true;
 
 bool aten_capped_below_avx512() {

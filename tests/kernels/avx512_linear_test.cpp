@@ -98,8 +98,8 @@ TEST(Avx512Linear, DISABLED_ReportThroughput) {
            (3.0 * static_cast<double>(ws.size()));
   };
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (auto [F, D] : {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}, {2048, 1024},
-                        {151936, 1024}}) {
+    for (auto [F, D] :
+         {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}, {2048, 1024}, {151936, 1024}}) {
       std::vector<at::Tensor> ws;  // the vocabulary head alone exceeds the caches
       for (int i = 0; i < (F > 100000 ? 1 : 28); ++i) ws.push_back(at::randn({F, D}).to(dtype));
       for (int64_t M : {1, 4, 8, 16, 32, 64, 256}) {
