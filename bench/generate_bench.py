@@ -25,6 +25,7 @@ converts the model to GGUF; later runs are offline. About an hour on 2 cores.
 
   .venv/bin/python bench/generate_bench.py --model qwen3_0.6b [--batches 1,8,32,64]
       [--dtypes float32,bfloat16] [--peers furlong,transformers,llama.cpp] [--timeout 1800]
+      [--repeats 3]    # timed runs of furlong and llama.cpp per cell, the median reported
 """
 import argparse
 import json
@@ -103,12 +104,14 @@ print(json.dumps({"impl": "transformers", "batch": batch, "seconds": seconds, "o
 
 
 def furlong_run(binary, model_dir, batch, prompt_len, max_new, threads, exact, dtype="float32",
-                temperature=1.0, timeout=1800):
+                temperature=1.0, timeout=1800, runs=1):
     env = dict(os.environ, FURLONG_LOG_LEVEL="warn")
     cmd = [str(binary), "--hf-checkpoint", str(model_dir), "--batch", str(batch),
            "--prompt-len", str(prompt_len), "--max-new-tokens", str(max_new),
            "--threads", str(threads), "--temperature", f"{temperature:g}",
            "--exact-logprobs" if exact else "--no-exact-logprobs"]
+    if runs > 1:  # timed runs in one process, the median reported
+        cmd += ["--runs", str(runs)]
     if dtype != "float32":  # the flag's default; older binaries may lack --dtype
         cmd += ["--dtype", dtype]
     stdout, _, rss = llama_cpp.run_measured(cmd, env, timeout, f"furlong (batch {batch}, {dtype})")
@@ -138,6 +141,21 @@ def uptime():
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def llama_median_rows(gguf, prompt_len, max_new, batches, threads, timeout, repeats):
+    """llama_cpp.run `repeats` times (one process each); per batch the median run's row, with
+    every run's output tokens/s listed."""
+    runs, cmd = [], None
+    for _ in range(repeats):
+        rows, cmd = llama_cpp.run(gguf, prompt_len, max_new, batches, threads, timeout)
+        runs.append(rows)
+    out = {}
+    for b in batches:
+        by_rate = sorted((r[b] for r in runs), key=lambda row: row["output_tokens_per_s"])
+        out[b] = dict(by_rate[len(by_rate) // 2], runs=repeats,
+                      runs_output_tokens_per_s=[r[b]["output_tokens_per_s"] for r in runs])
+    return out, cmd
 
 
 def main_06b(a, binary, build_dir):
@@ -179,19 +197,24 @@ def main_06b(a, binary, build_dir):
                           "(b*131 + i*31 + 7) % vocab; llama.cpp: its own random ids, prompts "
                           "not shared between sequences",
                "metric": "output_tokens_per_s = batch * max_new_tokens / (prefill + decode "
-                         "seconds), model load excluded; one timed run after a warm-up "
-                         "(furlong: one full untimed run; transformers: a 4-token generate; "
-                         "llama.cpp: a 16-token decode)",
+                         "seconds), model load excluded; after a warm-up (furlong: one full "
+                         "untimed run; transformers: a 4-token generate; llama.cpp: a 16-token "
+                         f"decode), the median of {a.repeats} timed runs for furlong (in one "
+                         f"process) and llama.cpp ({a.repeats} processes), one timed run for "
+                         "transformers",
+               "repeats": a.repeats,
                "machine_limits": limits, "bounds": bounds,
                "llama_cpp": llama_version,
                "furlong_build": {"before": build_before, "after": furlong_build(binary)},
                "load": {"before": load_before, "top_processes_before": procs_before,
                         "after": uptime(), "top_processes_after":
                         machine_limits.load().get("top_processes")},
-               "note": "furlong's engine is being changed while this runs: its figures are "
-                       "provisional. Peak RSS (peak_rss_gb) is per process from wait4: furlong "
-                       "and transformers one process per cell, llama.cpp one process per dtype "
-                       "for all batch sizes.",
+               "note": ("furlong's binary changed while this ran: its figures are mixed. "
+                        if furlong_build(binary).get("binary_mtime") !=
+                        build_before.get("binary_mtime") else "") +
+                       "Peak RSS (peak_rss_gb) is per process from wait4: furlong and "
+                       "transformers one process per cell, llama.cpp one process per dtype for "
+                       "all batch sizes.",
                "results": results,
                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         res_dir = ROOT / "bench" / "results"
@@ -207,8 +230,8 @@ def main_06b(a, binary, build_dir):
         llama_rows = {}
         if "llama.cpp" in peers:
             t = time.time()
-            llama_rows, llama_cmd = llama_cpp.run(ggufs[d], prompt_len, max_new, batches,
-                                                  a.threads, a.timeout)
+            llama_rows, llama_cmd = llama_median_rows(ggufs[d], prompt_len, max_new, batches,
+                                                      a.threads, a.timeout, a.repeats)
             for row in llama_rows.values():
                 row["dtype"] = GGUF_TYPE[d]
                 row["cmd"] = " ".join(llama_cmd)
@@ -217,7 +240,8 @@ def main_06b(a, binary, build_dir):
             cell = {"model": name, "dtype": d, "batch": batch}
             if "furlong" in peers:
                 cell["furlong"] = furlong_run(binary, model_dir, batch, prompt_len, max_new,
-                                              a.threads, a.exact_logprobs, d, 0.0, a.timeout)
+                                              a.threads, a.exact_logprobs, d, 0.0, a.timeout,
+                                              runs=a.repeats)
             if "transformers" in peers:
                 cell["transformers"] = hf_run(model_dir, batch, prompt_len, max_new, a.threads,
                                               dtype=d, greedy=True, timeout=a.timeout)
@@ -268,6 +292,8 @@ def main():
     p.add_argument("--dtypes", default="float32,bfloat16", help="with --model")
     p.add_argument("--peers", default="furlong,transformers,llama.cpp", help="with --model")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per peer process")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="with --model: timed runs of furlong and llama.cpp per cell (median)")
     p.add_argument("--out", default=None, help="results file name under bench/results")
     p.add_argument("--quick", action="store_true", help="tiny model, batches 1 and 8 only")
     p.add_argument("--exact-logprobs", action="store_true",
