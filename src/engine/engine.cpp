@@ -24,6 +24,7 @@
 #include "core/digest.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fresh_thread.h"
 #include "core/log.h"
 #include "dist/process_group.h"
 #include "engine/device_memory.h"
@@ -156,38 +157,46 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
     load.dtype = parse_dtype(options.dtype, "engine dtype");
   }
   load.device = impl->device;
+  // The model's loading and the cache's allocation run parallel regions: on a thread that
+  // exits, so that the scheduler's OpenMP pool is the engine's only one (core/fresh_thread.h).
+  run_on_fresh_thread([&] { impl->load_model_and_cache(hf_dir, load); });
+  Impl* raw = impl.get();
+  impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
+  const auto& cfg = impl->model->config();
+  LOG_INFO("engine: loaded ", cfg.architecture, " from ", hf_dir, " (", dtype_name(impl->dtype),
+           ", ", impl->device.str(), ")");
+  LOG_INFO("engine: KV cache ", impl->cache_budget.num_blocks * options.kv_block_size, " tokens (",
+           impl->cache_budget.num_blocks, " blocks of ", options.kv_block_size, ", ",
+           format_gb(impl->cache_budget.bytes), ", ",
+           impl->cache_budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens",
+           options.record_routed_experts ? ", with the routed-experts record" : "", ")");
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
+                                        const models::LoadOptions& load) {
   {
     c10::InferenceMode guard;
-    impl->model = models::load_hf_model(hf_dir, load);
+    model = models::load_hf_model(hf_dir, load);
   }
-  impl->model->set_requires_grad(false);
-  impl->dtype = impl->model->weights()[0][0].scalar_type();
-  impl->tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(hf_dir));
-  impl->eos_ids = eos_token_ids(hf_dir, *impl->tok);
-  impl->forward.attn = models::parse_attn_impl(options.attn_implementation, "engine attention");
-  impl->forward.fused_kernels = options.fused_kernels;
-  const auto& cfg = impl->model->config();
+  model->set_requires_grad(false);
+  dtype = model->weights()[0][0].scalar_type();
+  tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_directory(hf_dir));
+  eos_ids = eos_token_ids(hf_dir, *tok);
+  forward.attn = models::parse_attn_impl(options.attn_implementation, "engine attention");
+  forward.fused_kernels = options.fused_kernels;
+  const auto& cfg = model->config();
   FURLONG_CHECK(!options.record_routed_experts || cfg.moe.enabled(),
                 "engine: recording routed experts (--enable-return-routed-experts, rollout "
                 "routing replay) needs a mixture-of-experts model; ",
                 cfg.architecture, " from ", hf_dir, " has no routed experts");
-  impl->context_length =
+  context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
-  const auto budget = impl->plan_cache_memory();
-  impl->cache = std::make_unique<KvCache>(
-      cfg.num_hidden_layers, budget.num_blocks, options.kv_block_size, cfg.num_key_value_heads,
-      cfg.head_dim, at::TensorOptions().dtype(impl->dtype).device(impl->device),
-      options.record_routed_experts ? cfg.moe.experts_per_token : 0);
-  const int64_t blocks = budget.num_blocks;
-  Impl* raw = impl.get();
-  impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
-  LOG_INFO("engine: loaded ", cfg.architecture, " from ", hf_dir, " (", dtype_name(impl->dtype),
-           ", ", impl->device.str(), ")");
-  LOG_INFO("engine: KV cache ", blocks * options.kv_block_size, " tokens (", blocks, " blocks of ",
-           options.kv_block_size, ", ", format_gb(budget.bytes), ", ",
-           budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens",
-           options.record_routed_experts ? ", with the routed-experts record" : "", ")");
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  cache_budget = plan_cache_memory();
+  cache = std::make_unique<KvCache>(cfg.num_hidden_layers, cache_budget.num_blocks,
+                                    options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
+                                    at::TensorOptions().dtype(dtype).device(device),
+                                    options.record_routed_experts ? cfg.moe.experts_per_token : 0);
 }
 
 Engine::~Engine() {

@@ -107,11 +107,10 @@ void Engine::update_weights_from_disk(const std::string& hf_dir, int64_t version
   // Read and check everything on the CPU first; the served weights change only at the copy.
   models::LoadOptions load;
   load.dtype = impl_->dtype;
-  std::unique_ptr<models::CausalLM> fresh;
-  {
+  std::unique_ptr<models::CausalLM> fresh = run_on_fresh_thread([&] {
     c10::InferenceMode guard;
-    fresh = models::load_hf_model(hf_dir, load);
-  }
+    return models::load_hf_model(hf_dir, load);
+  });
   const auto& served = impl_->model->config();
   FURLONG_CHECK(fresh->config().architecture == served.architecture, where, ": architecture ",
                 fresh->config().architecture, " differs from the served ", served.architecture);

@@ -17,11 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/fresh_thread.h"
 #include "dist/process_group.h"
 #include "engine/engine.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "models/causal_lm.h"
+#include "models/hf_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::engine {
@@ -66,6 +68,9 @@ struct Engine::Impl {
   int64_t cache_bytes = 0;         // of the K/V pools (model_info)
   double mem_fraction_static = 0;  // the fraction used (the option or the device default)
   KvBudget plan_cache_memory();    // at load, after the weights (engine.cpp)
+  // Loads the model, tokenizer and KV cache (Engine::load runs it on a fresh thread).
+  void load_model_and_cache(const std::string& hf_dir, const models::LoadOptions& load);
+  KvBudget cache_budget;  // what plan_cache_memory chose
   std::unique_ptr<dist::ProcessGroups> weight_group;
 
   // ---- shared state (guarded by mu) ----
@@ -179,8 +184,12 @@ struct Engine::Impl {
         impl->cv.notify_all();
       }
     } release{this};
-    c10::InferenceMode guard;
-    return fn();
+    // On a thread that exits: the caller's thread (an HTTP handler, the trainer) then keeps no
+    // OpenMP pool that would slow the scheduler's parallel regions (core/fresh_thread.h).
+    return run_on_fresh_thread([&] {
+      c10::InferenceMode guard;
+      return fn();
+    });
   }
   void copy_weights(const std::vector<std::pair<std::string, at::Tensor>>& named);
 };

@@ -18,9 +18,9 @@
 //
 // inference_linear (skinny_linear.h) routes here, on AVX-512 CPUs: small bf16 weights (an MoE
 // expert's projections) at up to 16 rows, dense weights at 2..16 rows, and a vocabulary head
-// at 2 rows and more (bf16: up to 32). Those are the shapes where it measured faster than
-// oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput, Qwen3-0.6B, 2 threads, Zen 4); from
-// 64 rows oneDNN's packed GEMM is faster on dense weights.
+// at 2 rows and more (bf16 x bf16: from one row, the head up to 32). Those are the shapes where it
+// measured faster than oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput, Qwen3-0.6B, 2 threads,
+// Zen 4); from 64 rows oneDNN's packed GEMM is faster on dense weights.
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once

@@ -279,11 +279,13 @@ bool inference_linear_takes_avx512(int64_t rows, const at::Tensor& x_like, const
   // Dense weights at 2..16 rows and a vocabulary head at more (Qwen3-0.6B shapes, 2 threads,
   // Zen 4, against oneDNN / MKL: 1.3-2x faster at 4..16 rows; the fp32 head 1.4-2x at 4..256
   // rows; the bf16 head level from 32 rows, and dense weights slower from 64).
-  if (rows < 2 || w_FD.dim() != 2 || w_FD.numel() < kSmallWeight) return false;
+  if (rows < 1 || w_FD.dim() != 2 || w_FD.numel() < kSmallWeight) return false;
   const bool fp32 = x_like.scalar_type() == at::kFloat && w_FD.scalar_type() == at::kFloat;
   const bool bf16_dot = x_like.scalar_type() == at::kBFloat16 &&
                         w_FD.scalar_type() == at::kBFloat16 && avx512_bf16_dot_available();
-  if (!fp32 && !bf16_dot) return false;
+  // One fp32 row: skinny_linear, as fast. One bf16 row: here, where it needs no fp32 copy of
+  // the input and no rounding pass over the output (two ATen ops a call in skinny_linear).
+  if (!(fp32 && rows >= 2) && !bf16_dot) return false;
   const bool head = w_FD.size(0) >= kHeadMinRows;
   const int64_t max_rows =
       head ? (fp32 ? std::numeric_limits<int64_t>::max() : kBf16HeadMaxRows) : kSkinnyMaxRows;

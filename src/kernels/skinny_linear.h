@@ -30,13 +30,14 @@ namespace furlong::kernels {
 
 // The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
-// - one input row (batch-1 decode): skinny_linear (one row streams weights at 32-37 GB/s, about
+// - one input row (batch-1 decode, unless bf16 goes to avx512_linear below): skinny_linear (one row
+// streams weights at 32-37 GB/s, about
 //   the machine's read bandwidth);
 // - bf16 weights under 1M elements (an MoE expert's projections) with bf16 inputs at up to 16
 //   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
 // - on AVX-512 CPUs, fp32 x fp32 or (with AVX512-BF16) bf16 x bf16, weights of 1M elements and
-//   more: avx512_linear at 2..16 rows, and for a vocabulary-sized head at any number of rows in
-//   fp32 and up to 32 in bf16 (1.3-2x faster than oneDNN / MKL there);
+//   more: avx512_linear at 2..16 rows (bf16: 1..16), and for a vocabulary-sized head at any
+//   number of rows in fp32 and up to 32 in bf16 (1.3-2x faster than oneDNN / MKL there);
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
 //   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster) and for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call

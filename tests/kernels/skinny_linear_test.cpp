@@ -72,8 +72,8 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
 }
 
 // The routing rule of skinny_linear.h on AVX-512 CPUs: dense weights (1M elements and more) at
-// 2..16 rows and a vocabulary head at 2 rows and more (bf16: up to 32) go to avx512_linear,
-// bit for bit its result; one row, small weights and 17+ rows of dense weights do not.
+// 2..16 rows and a vocabulary head at 2 rows and more (bf16: 1..32) go to avx512_linear, bit
+// for bit its result; one fp32 row, small weights and 17+ rows of dense weights do not.
 TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   if (!avx512_linear_available()) GTEST_SKIP() << "no AVX-512 (or ATEN_CPU_CAPABILITY caps it)";
   c10::InferenceMode guard;
@@ -88,6 +88,7 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   EXPECT_FALSE(inference_linear_takes_avx512(8, at::randn({1, 256}), small));
   if (avx512_bf16_dot_available()) {
     auto xb = xh.to(at::kBFloat16), hb = head.to(at::kBFloat16);
+    EXPECT_TRUE(inference_linear_takes_avx512(1, xb, hb));  // one bf16 row too
     EXPECT_TRUE(inference_linear_takes_avx512(32, xb, hb));
     EXPECT_FALSE(inference_linear_takes_avx512(33, xb, hb));
     EXPECT_FALSE(inference_linear_takes_avx512(8, xb, head));  // mixed dtypes: not routed
