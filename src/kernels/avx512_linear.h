@@ -11,16 +11,18 @@
 //   sum_d |x_d w_d|.
 // - bf16 inputs and bf16 weights on CPUs with AVX512-BF16: vdpbf16ps, products exact in fp32,
 //   fp32 sums; the result is rounded to bf16 once (as oneDNN's bf16 GEMM).
-// Register tile: 4 weight rows x 4 input rows (16 accumulators); the 4 weight rows (at most
-// 4 * D elements) stay in L1 while every input row passes over them, so weights are read from
-// memory once per call. With one input row the tile is 8 weight rows (8 independent FMA
-// chains, which a lone row's chain would leave waiting on the FMA latency).
+// Register tile: 4 weight rows x 6 input rows (24 accumulators; bf16: x 4 rows, 16); the 4
+// weight rows (at most 4 * D elements) stay in L1 while every input row passes over them, so
+// weights are read from memory once per call. With one input row the tile is 8 weight rows (8
+// independent FMA chains, which a lone row's chain would leave waiting on the FMA latency).
+// The lane sums of four weight rows are reduced together (reduce4 in the .cpp), the same
+// additions for every position.
 //
 // inference_linear (skinny_linear.h) routes here, on AVX-512 CPUs: small bf16 weights (an MoE
-// expert's projections) at up to 16 rows, dense weights at 2..16 rows, and a vocabulary head
-// at 2 rows and more (bf16 x bf16: from one row, the head up to 32). Those are the shapes where it
-// measured faster than oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput, Qwen3-0.6B, 2 threads,
-// Zen 4); from 64 rows oneDNN's packed GEMM is faster on dense weights.
+// expert's projections) at up to 16 rows, dense weights at 2..16 rows (fp32: 2..64), and a
+// vocabulary head at 2 rows and more (bf16 x bf16: from one row, the head up to 32). Those are
+// the shapes where it measured faster than oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput,
+// Qwen3-0.6B, 2 threads, Zen 4); beyond them oneDNN's packed GEMM is as fast or faster.
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once

@@ -245,7 +245,7 @@ namespace {
 // inference_linear's thresholds. Small weights (an MoE expert's projections, a few tokens each
 // at decode): oneDNN's fixed cost per call outweighs the GEMM, and the skinny kernels have none.
 constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kSmallWeight = int64_t{1} << 20;
-constexpr int64_t kBf16HeadMaxRows = 32;
+constexpr int64_t kBf16HeadMaxRows = 32, kFp32DenseMaxRows = 64;
 
 }  // namespace
 
@@ -276,9 +276,10 @@ bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
 }
 
 bool inference_linear_takes_avx512(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD) {
-  // Dense weights at 2..16 rows and a vocabulary head at more (Qwen3-0.6B shapes, 2 threads,
-  // Zen 4, against oneDNN / MKL: 1.3-2x faster at 4..16 rows; the fp32 head 1.4-2x at 4..256
-  // rows; the bf16 head level from 32 rows, and dense weights slower from 64).
+  // Dense weights at 2..16 rows (fp32: 2..64) and a vocabulary head at more (Qwen3-0.6B
+  // shapes, 2 threads, Zen 4, against oneDNN / MKL: 1.3-2x faster at 4..16 rows; fp32 dense
+  // 1.05-1.2x at 32 and 64 rows; the fp32 head 1.4-2x at 4..256 rows; the bf16 head level from
+  // 32 rows, and bf16 dense weights slower from 32).
   if (rows < 1 || w_FD.dim() != 2 || w_FD.numel() < kSmallWeight) return false;
   const bool fp32 = x_like.scalar_type() == at::kFloat && w_FD.scalar_type() == at::kFloat;
   const bool bf16_dot = x_like.scalar_type() == at::kBFloat16 &&
@@ -287,8 +288,8 @@ bool inference_linear_takes_avx512(int64_t rows, const at::Tensor& x_like, const
   // the input and no rounding pass over the output (two ATen ops a call in skinny_linear).
   if (!(fp32 && rows >= 2) && !bf16_dot) return false;
   const bool head = w_FD.size(0) >= kHeadMinRows;
-  const int64_t max_rows =
-      head ? (fp32 ? std::numeric_limits<int64_t>::max() : kBf16HeadMaxRows) : kSkinnyMaxRows;
+  const int64_t max_rows = head ? (fp32 ? std::numeric_limits<int64_t>::max() : kBf16HeadMaxRows)
+                                : (fp32 ? kFp32DenseMaxRows : kSkinnyMaxRows);
   return rows <= max_rows && avx512_linear_supported(x_like, w_FD);
 }
 

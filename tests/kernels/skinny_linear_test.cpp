@@ -81,8 +81,10 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   auto dense = at::randn({1024, 1024}), small = at::randn({512, 256});
   auto head = at::randn({40000, 32});
   auto x = at::randn({1, 1024}), xh = at::randn({1, 32});
-  for (int64_t rows : {2, 8, 16}) EXPECT_TRUE(inference_linear_takes_avx512(rows, x, dense));
-  for (int64_t rows : {1, 17, 64}) EXPECT_FALSE(inference_linear_takes_avx512(rows, x, dense));
+  // fp32 dense: 2..64 rows; bf16 dense (with bf16 dot products): 1..16.
+  for (int64_t rows : {2, 8, 16, 17, 64})
+    EXPECT_TRUE(inference_linear_takes_avx512(rows, x, dense));
+  for (int64_t rows : {1, 65, 256}) EXPECT_FALSE(inference_linear_takes_avx512(rows, x, dense));
   for (int64_t rows : {2, 16, 64, 256}) EXPECT_TRUE(inference_linear_takes_avx512(rows, xh, head));
   EXPECT_FALSE(inference_linear_takes_avx512(1, xh, head));
   EXPECT_FALSE(inference_linear_takes_avx512(8, at::randn({1, 256}), small));
@@ -92,8 +94,11 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
     EXPECT_TRUE(inference_linear_takes_avx512(32, xb, hb));
     EXPECT_FALSE(inference_linear_takes_avx512(33, xb, hb));
     EXPECT_FALSE(inference_linear_takes_avx512(8, xb, head));  // mixed dtypes: not routed
+    auto db = dense.to(at::kBFloat16);
+    EXPECT_TRUE(inference_linear_takes_avx512(16, x.to(at::kBFloat16), db));
+    EXPECT_FALSE(inference_linear_takes_avx512(17, x.to(at::kBFloat16), db));
   }
-  for (int64_t rows : {2, 8, 16}) {
+  for (int64_t rows : {2, 8, 16, 33, 64}) {
     auto xr = at::randn({rows, 1024});
     EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), avx512_linear(xr, dense, {}))) << rows;
     auto xhr = at::randn({rows * 4, 32});
