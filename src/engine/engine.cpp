@@ -159,7 +159,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
   load.device = impl->device;
   // The model's loading and the cache's allocation run parallel regions: on a thread that
   // exits, so that the scheduler's OpenMP pool is the engine's only one (core/fresh_thread.h).
-  run_on_fresh_thread([&] { impl->load_model_and_cache(hf_dir, load); });
+  run_on_fresh_thread([&] {
+    auto on_device = impl->device_guard();
+    impl->load_model_and_cache(hf_dir, load);
+  });
   Impl* raw = impl.get();
   impl->scheduler = std::thread([raw] { raw->scheduler_loop(); });
   const auto& cfg = impl->model->config();

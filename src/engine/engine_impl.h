@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
 #include <chrono>
@@ -169,6 +170,14 @@ struct Engine::Impl {
     return it == step_errors.end() ? std::string() : it->second;
   }
 
+  // Makes the engine's device current on this thread for the guard's life (CUDA: the device
+  // cuda:i that kernels, streams and NCCL calls without a tensor argument use; CPU: nothing).
+  // Every thread the engine computes on holds one: a new thread starts on cuda:0.
+  c10::OptionalDeviceGuard device_guard() const {
+    return c10::OptionalDeviceGuard(device.is_cpu() ? std::nullopt
+                                                    : std::optional<c10::Device>(device));
+  }
+
   // Runs `fn` with the scheduler held between steps (no step runs meanwhile).
   template <typename Fn>
   auto with_scheduler_held(Fn&& fn) {
@@ -188,6 +197,7 @@ struct Engine::Impl {
     // OpenMP pool that would slow the scheduler's parallel regions (core/fresh_thread.h).
     return run_on_fresh_thread([&] {
       c10::InferenceMode guard;
+      auto on_device = device_guard();
       return fn();
     });
   }

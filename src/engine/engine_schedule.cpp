@@ -36,6 +36,7 @@ namespace furlong::engine {
 
 void Engine::Impl::scheduler_loop() {
   c10::InferenceMode guard;
+  auto on_device = device_guard();
   std::unique_lock<std::mutex> lock(mu);
   while (true) {
     cv.wait(lock, [&] { return stopping || !abort_requested.empty() || can_step(); });
