@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/log.h"
+#include "core/openmp_pool.h"
 #include "dist/process_group.h"
 #include "engine/kv_budget.h"
 #include "engine/routed_experts_codec.h"
@@ -208,6 +209,9 @@ class ColocatedEngines : public RolloutEngines {
   }
 
   void generation_phase(bool root, const std::function<void()>& drive) override {
+    // This rank's engine decodes on its scheduler thread meanwhile: with the trainer's OpenMP
+    // pool gone, the scheduler's is the process's only one (core/openmp_pool.h).
+    release_openmp_pool_of_this_thread();
     if (world_.size() == 1) {
       drive();
       return;
