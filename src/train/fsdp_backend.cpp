@@ -10,6 +10,7 @@
 #include "core/host_block_cache.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/tensor_checks.h"
 #include "dist/process_group.h"
 #include "engine/device_memory.h"
 #include "io/safetensors.h"
@@ -300,7 +301,7 @@ void FsdpBackend::check_weights_finite(const std::string& what) {
   for (auto& unit : model_->units()) {
     const auto& shards = unit->shards();
     for (size_t i = 0; i < shards.size() && first_bad.empty(); ++i) {
-      if (shards[i].numel() > 0 && !at::isfinite(shards[i]).all().item<bool>()) {
+      if (!all_finite(shards[i])) {
         first_bad = unit->layouts()[i].name;
       }
     }
