@@ -11,7 +11,7 @@ using PauseAll = int (*)(int);
 
 PauseAll pause_all() {
   // The symbol of the OpenMP runtime already in the process (ATen's), not one linked here:
-  // furlong itself builds without -fopenmp.
+  // core builds without -fopenmp and links no OpenMP runtime of its own.
   static const PauseAll fn =
       reinterpret_cast<PauseAll>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
   return fn;
