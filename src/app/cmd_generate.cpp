@@ -109,35 +109,31 @@ std::vector<engine::GenerateOutput> generate_with_progress(
   std::condition_variable cv;
   size_t done = 0;
   std::string error;
-  auto submit_one = [&](size_t i) {
-    eng.submit(
-        requests[i],
-        [&, i](engine::RequestId, engine::GenerateOutput out) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!out.error.empty() && error.empty()) error = out.error;
-          outputs[i] = std::move(out);
-          ++done;
-          progress.set_postfix(std::to_string(done) + "/" + std::to_string(requests.size()) +
-                               " samples");
-          cv.notify_all();
-        },
-        [&](engine::RequestId, const std::vector<int64_t>& ids, const std::vector<float>&) {
-          progress.advance(static_cast<int64_t>(ids.size()));
-        });
-  };
-  size_t submitted = 0;
-  auto wait_for = [&](size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done == n; });
-  };
-  try {
-    for (; submitted < requests.size(); ++submitted) submit_one(submitted);
-  } catch (...) {  // a request the engine rejects: end the others before the callbacks dangle
-    eng.abort_all();
-    wait_for(submitted);
-    throw;
+  std::vector<engine::Engine::Submission> batch;
+  batch.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto on_done = [&, i](engine::RequestId, engine::GenerateOutput out) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!out.error.empty() && error.empty()) error = out.error;
+      outputs[i] = std::move(out);
+      ++done;
+      progress.set_postfix(std::to_string(done) + "/" + std::to_string(requests.size()) +
+                           " samples");
+      cv.notify_all();
+    };
+    auto on_tokens = [&](engine::RequestId, const std::vector<int64_t>& ids,
+                         const std::vector<float>&) {
+      progress.advance(static_cast<int64_t>(ids.size()));
+    };
+    batch.push_back({requests[i], std::move(on_done), std::move(on_tokens)});
   }
-  wait_for(requests.size());
+  // All at once (none queued if one is rejected): the engine's batches, and so the outputs,
+  // are then the same in every run with the same input and seed.
+  eng.submit_all(std::move(batch));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == requests.size(); });
+  }
   progress.finish();
   FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);
   return outputs;

@@ -297,11 +297,17 @@ void Engine::Impl::validate(const GenerateRequest& r) const {
 }
 
 RequestId Engine::submit(GenerateRequest request, DoneCallback on_done, TokenCallback on_tokens) {
-  impl_->validate(request);
+  std::vector<Submission> one;
+  one.push_back({std::move(request), std::move(on_done), std::move(on_tokens)});
+  return submit_all(std::move(one)).front();
+}
+
+std::shared_ptr<Sequence> Engine::Impl::make_sequence(Submission submission) const {
   auto s = std::make_shared<Sequence>();
+  GenerateRequest& request = submission.request;
   s->sampling = std::move(request.sampling);
-  s->on_done = std::move(on_done);
-  s->on_tokens = std::move(on_tokens);
+  s->on_done = std::move(submission.on_done);
+  s->on_tokens = std::move(submission.on_tokens);
   s->tokens = std::move(request.input_ids);
   s->prompt_len = static_cast<int64_t>(s->tokens.size());
   s->return_routed_experts = request.return_routed_experts;
@@ -309,14 +315,33 @@ RequestId Engine::submit(GenerateRequest request, DoneCallback on_done, TokenCal
   s->rng.seed(s->sampling.seed ? *s->sampling.seed : std::random_device{}());
   for (const auto& stop : s->sampling.stop)
     s->max_stop_len = std::max(s->max_stop_len, stop.size());
-  if (!s->sampling.stop.empty())
-    s->decoder = std::make_unique<tokenizer::StreamDecoder>(*impl_->tok);
+  if (!s->sampling.stop.empty()) s->decoder = std::make_unique<tokenizer::StreamDecoder>(*tok);
+  return s;
+}
+
+std::vector<RequestId> Engine::submit_all(std::vector<Submission> batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    try {
+      impl_->validate(batch[i].request);
+    } catch (const Error& e) {
+      if (batch.size() == 1) throw;
+      FURLONG_FAIL("request ", i, " of ", batch.size(), " (none was queued): ", e.what());
+    }
+  }
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  seqs.reserve(batch.size());
+  for (auto& b : batch) seqs.push_back(impl_->make_sequence(std::move(b)));
+  std::vector<RequestId> ids;
+  ids.reserve(seqs.size());
   std::lock_guard<std::mutex> lock(impl_->mu);
-  s->id = impl_->next_id++;
-  impl_->live[s->id] = s;
-  impl_->waiting.push_back(s);
+  for (auto& s : seqs) {
+    s->id = impl_->next_id++;
+    ids.push_back(s->id);
+    impl_->live[s->id] = s;
+    impl_->waiting.push_back(std::move(s));
+  }
   impl_->cv.notify_all();
-  return s->id;
+  return ids;
 }
 
 bool Engine::abort(RequestId id) {
@@ -337,23 +362,27 @@ std::vector<GenerateOutput> Engine::generate(
     std::vector<GenerateRequest> requests,
     const std::function<void(int64_t done, int64_t total)>& progress) {
   const int64_t total = static_cast<int64_t>(requests.size());
-  for (auto& r : requests) impl_->validate(r);
   std::vector<GenerateOutput> outputs(requests.size());
   std::mutex done_mu;
   std::condition_variable done_cv;
   int64_t done = 0;
   std::string error;
+  std::vector<Submission> batch;
+  batch.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    submit(std::move(requests[i]), [&, i](RequestId id, GenerateOutput out) {
-      std::string why = impl_->error_of(id);
-      std::lock_guard<std::mutex> lock(done_mu);
-      if (!why.empty() && error.empty()) error = why;
-      outputs[i] = std::move(out);
-      ++done;
-      if (progress) progress(done, total);
-      done_cv.notify_all();
-    });
+    batch.push_back({std::move(requests[i]),
+                     [&, i](RequestId id, GenerateOutput out) {
+                       std::string why = impl_->error_of(id);
+                       std::lock_guard<std::mutex> lock(done_mu);
+                       if (!why.empty() && error.empty()) error = why;
+                       outputs[i] = std::move(out);
+                       ++done;
+                       if (progress) progress(done, total);
+                       done_cv.notify_all();
+                     },
+                     {}});
   }
+  submit_all(std::move(batch));
   std::unique_lock<std::mutex> lock(done_mu);
   done_cv.wait(lock, [&] { return done == total; });
   FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);

@@ -44,9 +44,12 @@ struct SamplingParams {
   std::vector<int64_t> stop_token_ids;  // in addition to the tokenizer's eos ids
   std::vector<std::string> stop;        // stop strings (matched on the decoded text)
   bool ignore_eos = false;
-  // Same seed + same prompt => same output, whatever the batch. Each draw depends on the seed
-  // and the drawn token's position only, so continuing prompt + the first k output tokens with
-  // the same seed reproduces the rest of the output (SGLang's sampling_seed).
+  // Each draw depends on the seed and the drawn token's position only, whatever the batch, so
+  // continuing prompt + the first k output tokens with the same seed reproduces the rest of the
+  // output (SGLang's sampling_seed). The logits are not batch-invariant in every kernel (the
+  // GEMM path depends on the rows in the step: skinny_linear.h), so a request run in another
+  // batch can differ where a last-bit logit change moves a draw across a token boundary; the same
+  // requests queued together (submit_all, generate) give the same output in every run.
   std::optional<uint64_t> seed;
   // Text-output options (SGLang's): they change the decoded text, never the ids.
   bool skip_special_tokens = true;  // drop special tokens from decoded text
@@ -202,6 +205,16 @@ class Engine {
   // Validates (prompt non-empty, ids in vocab, prompt + max_new_tokens <= context_length;
   // furlong::Error otherwise) and queues the request.
   RequestId submit(GenerateRequest request, DoneCallback on_done, TokenCallback on_tokens = {});
+  struct Submission {
+    GenerateRequest request;
+    DoneCallback on_done;
+    TokenCallback on_tokens;  // may be null
+  };
+  // Validates every request (furlong::Error naming the first bad one; then none is queued) and
+  // queues them all at once, in order: the scheduler's next step sees the whole batch. So the
+  // steps it forms, and with them every logit's rounding, depend only on the requests, not on
+  // how fast a submitting loop ran against the scheduler thread. Returns the ids in order.
+  std::vector<RequestId> submit_all(std::vector<Submission> batch);
   // Ends a queued or running request now; its callback gets the partial output with
   // finish_reason abort. False if the id is unknown or already finished.
   bool abort(RequestId id);

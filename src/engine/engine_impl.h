@@ -162,6 +162,8 @@ struct Engine::Impl {
   // first num_cached), -1 after. Requires a pool that records routing.
   at::Tensor routing_rows(const Sequence& s) const;
   void validate(const GenerateRequest& request) const;
+  // A queued sequence for a validated submission (no id yet; the callbacks move in).
+  std::shared_ptr<Sequence> make_sequence(Engine::Submission submission) const;
   void check_weights_present() const;
   // The error that ended request `id` (only valid inside its done callback), "" if none.
   std::string error_of(RequestId id) const {

@@ -354,8 +354,9 @@ void AgentEpisodeRunner::submit(Run& run, Episode& ep) {
   const rl::Sample& s = *ep.sample;
   engine::GenerateRequest request{.input_ids = s.tokens, .sampling = run.params};
   request.sampling.max_new_tokens = ep.turn_budget;
-  // Per-sample, per-turn seeds: the same episode gets the same tokens in a rerun, whatever
-  // shares the engine's batch. (63 bits: servers take the seed as a non-negative integer.)
+  // Per-sample, per-turn seeds: the same episode draws the same random numbers in a rerun,
+  // whatever shares the engine's batch (docs/agents.md says what that does and does not fix).
+  // (63 bits: servers take the seed as a non-negative integer.)
   request.sampling.seed =
       mix(mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.index)),
           static_cast<uint64_t>(ep.turns)) >>

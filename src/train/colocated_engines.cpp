@@ -4,13 +4,13 @@
 // KV cache (and on a GPU its weights) is released while the trainer trains and rebuilt before
 // the next weight sync.
 //
-// Generation is driven from rank 0. A round's requests for rank 0's engine go straight to it;
-// dispatch() broadcasts the others' requests to all ranks (one JSON message, every request
-// with all its sampling fields, so the serving engine sees exactly what rank 0 built), each
-// rank runs its share to the end on its own engine, and the outputs come back to rank 0 by one
-// gather, in submission order. The other ranks wait for such messages in generation_phase until
-// rank 0 sends "end". With --use-rollout-routing-replay every engine records routed experts
-// and the outputs carry them across ranks (base64 of the int32 ids, every row).
+// Generation is driven from rank 0. dispatch() hands a round's requests for rank 0's engine to
+// it all at once (Engine::submit_all), then broadcasts the others' requests to all ranks (one JSON
+// message, every request with all its sampling fields, so the serving engine sees exactly what rank
+// 0 built), each rank runs its share to the end on its own engine, and the outputs come back to
+// rank 0 by one gather, in submission order. The other ranks wait for such messages in
+// generation_phase until rank 0 sends "end". With --use-rollout-routing-replay every engine records
+// routed experts and the outputs carry them across ranks (base64 of the int32 ids, every row).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -176,17 +176,11 @@ class ColocatedEngines : public RolloutEngines {
     FURLONG_CHECK(world_.rank() == 0, "generation is driven from rank 0");
     FURLONG_ASSERT(engine >= 0 && engine < layout_.num_engines(), "submit_to: no engine ", engine);
     const int rank = layout_.engine_ranks[static_cast<size_t>(engine)];
-    if (rank != 0) {
-      pending_[static_cast<size_t>(rank)].push_back({std::move(request), std::move(done)});
-      return;
-    }
-    engine_->submit(std::move(request),
-                    [done = std::move(done)](engine::RequestId, engine::GenerateOutput out) {
-                      done(std::move(out));
-                    });
+    pending_[static_cast<size_t>(rank)].push_back({std::move(request), std::move(done)});
   }
 
   void dispatch() override {
+    submit_own_share();
     bool any = false;
     for (const auto& p : pending_) any = any || !p.empty();
     if (!any) return;
@@ -356,6 +350,24 @@ class ColocatedEngines : public RolloutEngines {
     }
   }
 
+  // Rank 0's requests of the round go to its engine in one submit_all, so that the engine's
+  // batches (and every logit's rounding) do not depend on how fast the driver submitted them.
+  void submit_own_share() {
+    auto mine = std::move(pending_[0]);
+    pending_[0].clear();
+    if (mine.empty()) return;
+    std::vector<engine::Engine::Submission> batch;
+    batch.reserve(mine.size());
+    for (auto& p : mine) {
+      batch.push_back({std::move(p.request),
+                       [done = std::move(p.done)](engine::RequestId, engine::GenerateOutput out) {
+                         done(std::move(out));
+                       },
+                       {}});
+    }
+    engine_->submit_all(std::move(batch));
+  }
+
   // This rank's requests of one round, generated to the end on its engine. Every callback has
   // run before this returns or throws (they write into this frame).
   std::string run_share(const Json& requests) {
@@ -364,32 +376,27 @@ class ColocatedEngines : public RolloutEngines {
                   " hosts no engine but was sent requests");
     std::mutex mu;
     std::condition_variable cv;
-    int64_t outstanding = 0;  // counted up after submit returns, so it may dip below zero
-    auto wait_all = [&] {
+    int64_t outstanding = static_cast<int64_t>(requests.size());
+    std::vector<engine::Engine::Submission> batch;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      engine::GenerateRequest request{
+          .input_ids = requests[i].at("ids").get<std::vector<int64_t>>(),
+          .sampling = sampling_from_json(requests[i].at("sampling")),
+          .return_routed_experts = requests[i].at("routed").get<bool>()};
+      batch.push_back({std::move(request),
+                       [&, i](engine::RequestId, engine::GenerateOutput out) {
+                         std::lock_guard<std::mutex> lock(mu);
+                         outputs[i] = std::move(out);
+                         --outstanding;
+                         cv.notify_all();
+                       },
+                       {}});
+    }
+    if (!batch.empty()) engine_->submit_all(std::move(batch));  // none queued if one is rejected
+    {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return outstanding == 0; });
-    };
-    try {
-      for (size_t i = 0; i < requests.size(); ++i) {
-        engine::GenerateRequest request{
-            .input_ids = requests[i].at("ids").get<std::vector<int64_t>>(),
-            .sampling = sampling_from_json(requests[i].at("sampling")),
-            .return_routed_experts = requests[i].at("routed").get<bool>()};
-        engine_->submit(std::move(request), [&, i](engine::RequestId, engine::GenerateOutput out) {
-          std::lock_guard<std::mutex> lock(mu);
-          outputs[i] = std::move(out);
-          --outstanding;
-          cv.notify_all();
-        });
-        std::lock_guard<std::mutex> lock(mu);
-        ++outstanding;
-      }
-    } catch (...) {
-      engine_->abort_all();
-      wait_all();
-      throw;
     }
-    wait_all();
     Json all = Json::array();
     for (const auto& o : outputs) all.push_back(output_to_json(o));
     return Json{{"outputs", std::move(all)}}.dump();

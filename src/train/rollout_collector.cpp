@@ -176,8 +176,9 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
       engine::GenerateRequest request{
           .input_ids = sample.tokens, .sampling = params, .return_routed_experts = routed_experts};
       request.sampling.max_new_tokens = budget;
-      // Per-sample seed from the run seed and the sample's running index: the same sample gets
-      // the same tokens in a rerun, whatever else shares the engine's batch.
+      // Per-sample seed from the run seed and the sample's running index: the same sample draws
+      // the same random numbers in a rerun, whatever else shares the engine's batch (and with
+      // colocated engines, which queue a round at once, gets the same tokens).
       // (63 bits: servers take the seed as a non-negative JSON integer.)
       request.sampling.seed = mix_seed(static_cast<uint64_t>(options_.data.rollout_seed),
                                        static_cast<uint64_t>(sample.index)) >>
@@ -210,7 +211,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
       engines_.submit_to(engine_of_group[gi], std::move(request), std::move(done));
     }
   }
-  engines_.dispatch();  // other ranks' engines: returns when their share is done
+  engines_.dispatch();  // queues the round; returns when other ranks' shares are done
   auto ready = [&] {
     return in_order ? next_in_order < groups.size() && group_done[next_in_order] != 0
                     : !finished.empty();

@@ -33,14 +33,16 @@ class RolloutEngines {
   // Engines the driver splits a round's prompt groups over (1: the engines route requests
   // themselves, and finished groups may be taken in completion order).
   virtual int64_t num_engines() const { return 1; }
-  // Rank 0 only: submit() to engine `engine` (< num_engines()). A request for an engine in
-  // another rank waits for dispatch().
+  // Rank 0 only: submit() to engine `engine` (< num_engines()). A request may wait for
+  // dispatch() (colocated engines hold every request until then, and queue each engine's share
+  // at once, so that the engines' batches do not depend on the submitting loop's timing).
   virtual void submit_to(int64_t engine, engine::GenerateRequest request, Done done) {
     (void)engine;
     submit(std::move(request), std::move(done));
   }
-  // Rank 0 only, after a round's submits: hands the requests waiting for other ranks' engines
-  // to them and blocks until those are done; their `done` runs on this thread.
+  // Rank 0 only, after a round's submits: queues the waiting requests for rank 0's engine, hands
+  // those for other ranks' engines to them and blocks until the latter are done (their `done`
+  // runs on this thread).
   virtual void dispatch() {}
   // Collective over the training ranks: rank 0 runs `drive` (which generates through these
   // engines); the other ranks meanwhile serve their engines' share of every dispatch() until

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <map>
@@ -440,6 +441,32 @@ TEST_F(EngineSampling, InvalidRequestsAreRejected) {
   EXPECT_NE(msg.find("input_ids[1] = 200"), std::string::npos) << msg;
   msg = furlong::testing::error_of([&] { engine->generate(greedy_requests({{1, 2}}, 600)); });
   EXPECT_NE(msg.find("context length"), std::string::npos) << msg;
+}
+
+// submit_all checks every request before it queues any: one bad request in a batch fails the
+// call naming it, and no other request of the batch runs or calls back.
+TEST_F(EngineSampling, SubmitAllQueuesAllOrNone) {
+  auto engine = Engine::load(dir_->string(), small_engine_options());
+  std::atomic<int> callbacks{0};
+  auto batch_of = [&](const std::vector<std::vector<int64_t>>& prompts) {
+    std::vector<Engine::Submission> batch;
+    for (const auto& r : greedy_requests(prompts, 4))
+      batch.push_back({r, [&](RequestId, GenerateOutput) { ++callbacks; }, {}});
+    return batch;
+  };
+  auto msg = furlong::testing::error_of([&] {
+    engine->submit_all(batch_of({{1, 2}, {3, 200}, {4, 5}}));
+  });
+  EXPECT_NE(msg.find("request 1 of 3 (none was queued)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("input_ids[1] = 200"), std::string::npos) << msg;
+  EXPECT_EQ(engine->num_running(), 0);
+  auto ids = engine->submit_all(batch_of({{1, 2}, {3, 4}, {4, 5}}));
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_TRUE(ids[0] < ids[1] && ids[1] < ids[2]);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (callbacks < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(callbacks.load(), 3) << "only the good batch's three requests call back";
 }
 
 }  // namespace

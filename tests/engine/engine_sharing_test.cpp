@@ -70,19 +70,6 @@ void expect_same_tokens(const std::vector<GenerateOutput>& a, const std::vector<
   }
 }
 
-// generate() with every request admitted before the first step (paused while they arrive), so
-// all samples of a prompt find their leader pending.
-std::vector<GenerateOutput> generate_together(Engine& engine,
-                                              const std::vector<GenerateRequest>& requests) {
-  engine.pause_generation();
-  auto outs = std::async(std::launch::async, [&] { return engine.generate(requests); });
-  while (engine.num_running() < static_cast<int64_t>(requests.size())) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  engine.continue_generation();
-  return outs.get();
-}
-
 EngineOptions sharing(bool on, int64_t max_prefill_tokens = 8192) {
   auto o = small_engine_options();
   o.prefix_sharing = on;
@@ -98,7 +85,8 @@ TEST_F(EngineKvSharing, SharedOutputsEqualUnshared) {
   auto prompts = random_prompts({9, 8, 3}, 97, 11);
   auto requests = grpo_requests(prompts, 4, 12);
   auto shared_engine = Engine::load(dir_->string(), sharing(true));
-  auto shared = generate_together(*shared_engine, requests);
+  // generate() queues all requests at once (submit_all): every follower finds its leader.
+  auto shared = shared_engine->generate(requests);
   EXPECT_EQ(shared_engine->model_info()["prefix_shared_tokens"].get<int64_t>(), 3 * (9 + 8 + 3));
   auto unshared_engine = Engine::load(dir_->string(), sharing(false));
   auto unshared = unshared_engine->generate(requests);
@@ -126,8 +114,8 @@ TEST_F(EngineKvSharing, SharedEqualsUnsharedBitForBitWithExactLogprobs) {
   auto requests = grpo_requests(prompts, 8, 10);
   auto on = sharing(true), off = sharing(false);
   on.exact_logprobs = off.exact_logprobs = true;
-  auto shared = generate_together(*Engine::load(dir_->string(), on), requests);
-  auto unshared = generate_together(*Engine::load(dir_->string(), off), requests);
+  auto shared = Engine::load(dir_->string(), on)->generate(requests);
+  auto unshared = Engine::load(dir_->string(), off)->generate(requests);
   ASSERT_EQ(shared.size(), unshared.size());
   for (size_t i = 0; i < shared.size(); ++i) {
     EXPECT_EQ(shared[i].output_ids, unshared[i].output_ids) << i;

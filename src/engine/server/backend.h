@@ -33,6 +33,8 @@ class EngineBackend {
   // be null (no streaming).
   virtual RequestId submit(GenerateRequest request, Engine::DoneCallback on_done,
                            Engine::TokenCallback on_tokens) = 0;
+  // As Engine::submit_all: every request queued at once, or none (furlong::Error).
+  virtual std::vector<RequestId> submit_all(std::vector<Engine::Submission> batch) = 0;
   virtual bool abort(RequestId id) = 0;
   virtual void abort_all() = 0;
   virtual void pause_generation() = 0;

@@ -37,6 +37,9 @@ class RealEngineBackend final : public EngineBackend {
                    Engine::TokenCallback on_tokens) override {
     return engine_->submit(std::move(request), std::move(on_done), std::move(on_tokens));
   }
+  std::vector<RequestId> submit_all(std::vector<Engine::Submission> batch) override {
+    return engine_->submit_all(std::move(batch));
+  }
   bool abort(RequestId id) override { return engine_->abort(id); }
   void abort_all() override { engine_->abort_all(); }
   void pause_generation() override { engine_->pause_generation(); }

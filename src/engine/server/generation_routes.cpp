@@ -196,36 +196,40 @@ void EngineServer::Impl::openai_stream(const Request& req, Response& res,
   register_rids(call->items);
   auto st = std::make_shared<OpenAiStream>();
   st->choices.resize(call->items.size());
-  try {
-    for (size_t k = 0; k < call->items.size(); ++k) {
-      st->choices[k].partial.prompt_tokens =
-          static_cast<int64_t>(call->items[k].request.input_ids.size());
-      auto on_tokens = [st, k](RequestId, const std::vector<int64_t>& new_ids,
-                               const std::vector<float>& logprobs) {
-        std::lock_guard<std::mutex> lock(st->mutex);
-        auto& p = st->choices[k].partial;
-        p.output_ids.insert(p.output_ids.end(), new_ids.begin(), new_ids.end());
-        p.output_logprobs.insert(p.output_logprobs.end(), logprobs.begin(), logprobs.end());
-        st->changed.notify_all();
-      };
-      auto on_done = [st, k](RequestId, GenerateOutput output) {
-        std::lock_guard<std::mutex> lock(st->mutex);
-        st->choices[k].final_output = std::move(output);
-        st->changed.notify_all();
-      };
-      RequestId id = backend->submit(call->items[k].request, on_done, on_tokens);
+  std::vector<Engine::Submission> batch;
+  for (size_t k = 0; k < call->items.size(); ++k) {
+    st->choices[k].partial.prompt_tokens =
+        static_cast<int64_t>(call->items[k].request.input_ids.size());
+    auto on_tokens = [st, k](RequestId, const std::vector<int64_t>& new_ids,
+                             const std::vector<float>& logprobs) {
       std::lock_guard<std::mutex> lock(st->mutex);
-      st->choices[k].id = id;
-      std::lock_guard<std::mutex> rids_lock(rids_mutex);
-      active[call->items[k].rid] = id;
-    }
+      auto& p = st->choices[k].partial;
+      p.output_ids.insert(p.output_ids.end(), new_ids.begin(), new_ids.end());
+      p.output_logprobs.insert(p.output_logprobs.end(), logprobs.begin(), logprobs.end());
+      st->changed.notify_all();
+    };
+    auto on_done = [st, k](RequestId, GenerateOutput output) {
+      std::lock_guard<std::mutex> lock(st->mutex);
+      st->choices[k].final_output = std::move(output);
+      st->changed.notify_all();
+    };
+    batch.push_back({call->items[k].request, std::move(on_done), std::move(on_tokens)});
+  }
+  std::vector<RequestId> submitted;
+  try {
+    // All at once (none queued if one is rejected): the n samples share the prompt's prefill.
+    submitted = backend->submit_all(std::move(batch));
   } catch (...) {
-    std::lock_guard<std::mutex> lock(st->mutex);
-    for (const auto& c : st->choices) {
-      if (c.id >= 0) backend->abort(c.id);
-    }
     unregister_rids(call->items);
     throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    std::lock_guard<std::mutex> rids_lock(rids_mutex);
+    for (size_t k = 0; k < call->items.size(); ++k) {
+      st->choices[k].id = submitted[k];
+      active[call->items[k].rid] = submitted[k];
+    }
   }
   auto start = Clock::now();
   auto watch = std::make_shared<ConnectionWatch>(req.remote_addr, req.remote_port, req.local_port);

@@ -68,26 +68,27 @@ std::vector<GenerateOutput> EngineServer::Impl::run(const Request& req,
   auto abort_submitted = [&] {
     for (RequestId id : ids) backend->abort(id);
   };
+  std::vector<Engine::Submission> batch;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto on_done = [waiter, i](RequestId, GenerateOutput output) {
+      std::lock_guard<std::mutex> lock(waiter->mutex);
+      waiter->outputs[i] = std::move(output);
+      --waiter->remaining;
+      waiter->done.notify_all();
+    };
+    batch.push_back({items[i].request, std::move(on_done), {}});
+  }
   try {
-    for (size_t i = 0; i < items.size(); ++i) {
-      auto on_done = [waiter, i](RequestId, GenerateOutput output) {
-        std::lock_guard<std::mutex> lock(waiter->mutex);
-        waiter->outputs[i] = std::move(output);
-        --waiter->remaining;
-        waiter->done.notify_all();
-      };
-      ids.push_back(backend->submit(items[i].request, on_done, {}));
-      std::lock_guard<std::mutex> lock(rids_mutex);
-      active[items[i].rid] = ids.back();
-    }
+    // All at once: the n samples of a prompt are admitted together (and share its prefill),
+    // and a rejected prompt fails the whole call with none queued.
+    ids = backend->submit_all(std::move(batch));
   } catch (...) {
-    // A rejected prompt fails the whole call: end the ones already queued.
-    abort_submitted();
-    std::unique_lock<std::mutex> lock(waiter->mutex);
-    waiter->done.wait(lock, [&] { return waiter->remaining == items.size() - ids.size(); });
-    lock.unlock();
     unregister_rids(items);
     throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(rids_mutex);
+    for (size_t i = 0; i < items.size(); ++i) active[items[i].rid] = ids[i];
   }
   std::optional<ConnectionWatch> watch;
   bool aborted = false;

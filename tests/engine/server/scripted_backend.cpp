@@ -49,6 +49,13 @@ RequestId ScriptedBackend::submit(GenerateRequest request, Engine::DoneCallback 
   return id;
 }
 
+std::vector<RequestId> ScriptedBackend::submit_all(std::vector<Engine::Submission> batch) {
+  std::vector<RequestId> ids;
+  for (auto& b : batch)
+    ids.push_back(submit(std::move(b.request), std::move(b.on_done), std::move(b.on_tokens)));
+  return ids;
+}
+
 void ScriptedBackend::finish(std::unique_lock<std::mutex>& lock, RequestId id,
                              FinishReason reason) {
   auto node = jobs_.extract(id);

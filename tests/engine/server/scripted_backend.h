@@ -36,6 +36,7 @@ class ScriptedBackend final : public EngineBackend {
 
   RequestId submit(GenerateRequest request, Engine::DoneCallback on_done,
                    Engine::TokenCallback on_tokens) override;
+  std::vector<RequestId> submit_all(std::vector<Engine::Submission> batch) override;
   bool abort(RequestId id) override;
   void abort_all() override;
   void pause_generation() override;

@@ -257,6 +257,27 @@ TEST_F(Serve, ThirtyTwoConcurrentClientsMatchOneByOne) {
   std::cout << "max |logprob(concurrent) - logprob(one by one)| = " << max_dlogprob << "\n";
 }
 
+// The n samples of one /generate call are queued at once (submit_all), so every sample after
+// the first shares the prompt's prefill, however the HTTP thread and the scheduler interleave.
+TEST_F(Serve, TheSamplesOfOneCallShareThePromptsPrefill) {
+  auto c = client();
+  auto prompt = prompts(2, 21)[1];  // 10 tokens
+  for (int round = 0; round < 3; ++round) {
+    const auto before = c.get_model_info()["prefix_shared_tokens"].get<int64_t>();
+    Json out = c.post("/generate", Json{{"input_ids", prompt},
+                                        {"sampling_params",
+                                         {{"n", 4},
+                                          {"max_new_tokens", 3},
+                                          {"temperature", 1.0},
+                                          {"sampling_seed", 7 + round}}}});
+    ASSERT_TRUE(out.is_array()) << out.dump();
+    EXPECT_EQ(out.size(), 4u);
+    EXPECT_EQ(c.get_model_info()["prefix_shared_tokens"].get<int64_t>() - before,
+              3 * static_cast<int64_t>(prompt.size()))
+        << "round " << round;
+  }
+}
+
 TEST_F(Serve, BadRequestsGetClearFourHundreds) {
   auto c = client();
   auto post = [&](const std::string& path, const std::string& body) {
