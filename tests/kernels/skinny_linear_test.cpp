@@ -106,6 +106,22 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   }
 }
 
+// The routing rule on CPUs without AVX-512 (or with ATen capped below it): dense weights at
+// 1..16 rows go to skinny_linear, bit for bit its result; 17+ rows do not.
+TEST(SkinnyLinear, InferenceLinearSendsDenseDecodeShapesToSkinnyWithoutAvx512) {
+  if (avx512_linear_available()) GTEST_SKIP() << "AVX-512 CPU: avx512_linear takes these shapes";
+  c10::InferenceMode guard;
+  at::manual_seed(8);
+  auto dense = at::randn({1024, 1024});
+  auto x = at::randn({1, 1024});
+  for (int64_t rows : {1, 2, 8, 16}) EXPECT_TRUE(inference_linear_takes_skinny(rows, x, dense));
+  for (int64_t rows : {17, 64}) EXPECT_FALSE(inference_linear_takes_skinny(rows, x, dense));
+  for (int64_t rows : {2, 8, 16}) {
+    auto xr = at::randn({rows, 1024});
+    EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), skinny_linear(xr, dense, {}))) << rows;
+  }
+}
+
 // The grouped call is the per-group loop the MoE layer would otherwise run, bit for bit: each
 // group's rows against its weight equal inference_linear on them alone (the same tile routine
 // over the same tiles), for fp32 and bf16, empty groups and odd sizes included.
