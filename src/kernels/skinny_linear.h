@@ -39,9 +39,10 @@ namespace furlong::kernels {
 //   more: avx512_linear at 2..16 rows (bf16: 1..16), and for a vocabulary-sized head at any
 //   number of rows in fp32 and up to 32 in bf16 (1.3-2x faster than oneDNN / MKL there);
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
-//   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster) and for weights under
+//   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster), for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
-//   cost);
+//   cost), and on CPUs without AVX-512 for dense weights too (1.2-1.6x oneDNN's AVX2 GEMM at
+//   2..16 rows, level at 32);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms); ATen's linear when this libtorch
 //   has no mkldnn ops; larger fp32 weights: MKL as W x^T (at 32 rows 1.4x faster than x W^T,
