@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
 #include "kernels/group_tiles.h"
 #include "kernels/target_clones.h"
@@ -246,6 +247,7 @@ namespace {
 // at decode): oneDNN's fixed cost per call outweighs the GEMM, and the skinny kernels have none.
 constexpr int64_t kSkinnyMaxRows = 16, kHeadMinRows = 32768, kSmallWeight = int64_t{1} << 20;
 constexpr int64_t kBf16HeadMaxRows = 32, kFp32DenseMaxRows = 64;
+constexpr int64_t kAvx2DenseMaxRows = 64, kAvx2HeadMaxRows = 256;
 
 }  // namespace
 
@@ -256,10 +258,11 @@ bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const
   const bool native_bf16_head = x_like.scalar_type() == at::kBFloat16 &&
                                 w_FD.scalar_type() == at::kBFloat16 && x_like.is_cpu() &&
                                 has_native_bf16(c10::Device(c10::kCPU));
-  // Dense weights at 2..16 rows on CPUs without AVX-512 (which avx512_linear takes): skinny's
-  // 8-lane tiles stream the weight once, where oneDNN's AVX2 GEMM re-reads it (Zen 4 capped at
-  // AVX2 by the OS, 2 threads, [3072, 1024] fp32: 1.22 ms against 1.97 ms at 8 rows, 2.0
-  // against 2.35 at 16, level at 32; SkinnyLinear.DISABLED_ReportThroughput).
+  // Dense weights at 2..16 rows on CPUs without AVX-512 (which avx512_linear takes), where
+  // avx2_linear does not take them (bf16 inputs): skinny's 8-lane tiles stream the weight once,
+  // where oneDNN's AVX2 GEMM re-reads it (an AVX2-only EPYC, 2 threads, [3072, 1024] fp32: 1.22
+  // ms against 1.97 ms at 8 rows, 2.0 against 2.35 at 16, level at 32;
+  // SkinnyLinear.DISABLED_ReportThroughput).
   const bool dense_without_avx512 =
       !avx512_linear_available() && x_like.is_cpu() &&
       (x_like.scalar_type() == at::kFloat || !has_native_bf16(c10::Device(c10::kCPU)));
@@ -268,6 +271,20 @@ bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const
                                            ((w_FD.size(0) >= kHeadMinRows && !native_bf16_head) ||
                                             w_FD.numel() < kSmallWeight || dense_without_avx512)));
   return skinny_shape && skinny_linear_supported(x_like, w_FD);
+}
+
+bool inference_linear_takes_avx2(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD) {
+  // fp32 inputs against weights of 1M elements and more on CPUs with AVX2 but not AVX-512
+  // (where avx512_linear takes them): dense weights at 1..64 rows, a vocabulary head at 1..256.
+  // Zen 4 with every library capped at AVX2, 2 threads, against oneDNN / MKL (capped) and
+  // skinny_linear: [3072, 1024] at 8 rows 0.63 ms against 0.93 and 0.81, at 32 rows 1.59
+  // against 1.88 and 1.98; the head at 32 rows 77 ms against 91 and 97, at 256 rows 543 against
+  // 555 (MKL) and 681; one row level with MKL's gemv and 1.2x skinny_linear; dense weights level
+  // with oneDNN from 128 rows (Avx2Linear.DISABLED_ReportThroughput).
+  if (rows < 1 || w_FD.dim() != 2 || w_FD.numel() < kSmallWeight || avx512_linear_available())
+    return false;
+  const int64_t max_rows = w_FD.size(0) >= kHeadMinRows ? kAvx2HeadMaxRows : kAvx2DenseMaxRows;
+  return rows <= max_rows && avx2_linear_supported(x_like, w_FD);
 }
 
 bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
@@ -306,6 +323,7 @@ at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, cons
       inference_linear_takes_avx512(rows, x_MD, w_FD)) {
     return avx512_linear(x_MD, w_FD, b_F);
   }
+  if (inference_linear_takes_avx2(rows, x_MD, w_FD)) return avx2_linear(x_MD, w_FD, b_F);
   if (inference_linear_takes_skinny(rows, x_MD, w_FD)) {
     return skinny_linear(x_MD, w_FD, b_F);
   }
@@ -332,7 +350,7 @@ at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at
                  "grouped_inference_linear: ", w_G_FD.size(), " weights for ", rows_G.size(),
                  " row groups");
   int64_t total_rows = 0;
-  bool any_bf16_dot = false, any_skinny = false;
+  bool any_bf16_dot = false, any_avx2 = false, any_skinny = false;
   for (size_t g = 0; g < w_G_FD.size(); ++g) {
     const auto& w = w_G_FD[g];
     FURLONG_ASSERT(
@@ -342,6 +360,8 @@ at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at
     if (rows_G[g] == 0) continue;
     if (inference_linear_takes_bf16_dot(rows_G[g], x_AD, w)) {
       any_bf16_dot = true;
+    } else if (inference_linear_takes_avx2(rows_G[g], x_AD, w)) {
+      any_avx2 = true;
     } else if (inference_linear_takes_skinny(rows_G[g], x_AD, w)) {
       any_skinny = true;
     } else {
@@ -352,10 +372,11 @@ at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at
   FURLONG_ASSERT(x_AD.dim() == 2 && total_rows == x_AD.size(0),
                  "grouped_inference_linear: ", total_rows, " grouped rows for input ",
                  x_AD.sizes());
-  // Groups that inference_linear would split between two kernels: the caller's loop does that.
-  if (any_bf16_dot && any_skinny) return {};
-  return any_bf16_dot ? avx512_grouped_bf16_linear(x_AD, w_G_FD, rows_G)
-                      : grouped_skinny_linear(x_AD, w_G_FD, rows_G);
+  // Groups that inference_linear would split between kernels: the caller's loop does that.
+  if (int{any_bf16_dot} + int{any_avx2} + int{any_skinny} > 1) return {};
+  if (any_bf16_dot) return avx512_grouped_bf16_linear(x_AD, w_G_FD, rows_G);
+  return any_avx2 ? avx2_grouped_linear(x_AD, w_G_FD, rows_G)
+                  : grouped_skinny_linear(x_AD, w_G_FD, rows_G);
 }
 
 }  // namespace furlong::kernels

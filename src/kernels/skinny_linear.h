@@ -30,19 +30,22 @@ namespace furlong::kernels {
 
 // The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
-// - one input row (batch-1 decode, unless bf16 goes to avx512_linear below): skinny_linear (one row
-// streams weights at 32-37 GB/s, about
-//   the machine's read bandwidth);
+// - one input row (batch-1 decode, unless avx512_linear's bf16 path or avx2_linear below takes
+//   it): skinny_linear (one row streams weights at 32-37 GB/s, about the machine's read
+//   bandwidth);
 // - bf16 weights under 1M elements (an MoE expert's projections) with bf16 inputs at up to 16
 //   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
 // - on AVX-512 CPUs, fp32 x fp32 or (with AVX512-BF16) bf16 x bf16, weights of 1M elements and
-//   more: avx512_linear at 2..16 rows (bf16: 1..16), and for a vocabulary-sized head at any
-//   number of rows in fp32 and up to 32 in bf16 (1.3-2x faster than oneDNN / MKL there);
+//   more: avx512_linear at 2..64 rows (bf16: 1..16), and for a vocabulary-sized head at any
+//   number of rows in fp32 and up to 32 in bf16 (1.05-2x faster than oneDNN / MKL there);
+// - on CPUs with AVX2 but not AVX-512, fp32 inputs against weights of 1M elements and more
+//   (fp32 or bf16): avx2_linear (avx2_linear.h) at 1..64 rows, and for a vocabulary head at
+//   1..256 (1.2-1.5x oneDNN / MKL capped at AVX2 from 2 rows, level with MKL's gemv at one);
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
 //   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster), for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
-//   cost), and on CPUs without AVX-512 for dense weights too (1.2-1.6x oneDNN's AVX2 GEMM at
-//   2..16 rows, level at 32);
+//   cost), and on CPUs without AVX-512 for dense weights with bf16 inputs (1.2-1.6x oneDNN's
+//   AVX2 GEMM at 2..16 rows);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms); ATen's linear when this libtorch
 //   has no mkldnn ops; larger fp32 weights: MKL as W x^T (at 32 rows 1.4x faster than x W^T,
@@ -51,21 +54,24 @@ namespace furlong::kernels {
 at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
 
 // Whether inference_linear sends `rows` input rows of x's dtype against w_FD to
-// avx512_linear's bf16 dot products (checked first), or else to skinny_linear.
+// avx512_linear's bf16 dot products (checked first), or to skinny_linear (checked last).
 bool inference_linear_takes_bf16_dot(int64_t rows, const at::Tensor& x_like,
                                      const at::Tensor& w_FD);
 bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
 // Whether it sends them to avx512_linear as a dense layer or vocabulary head (the rule above).
 bool inference_linear_takes_avx512(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
+// Whether it sends them to avx2_linear (checked after avx512_linear, before skinny_linear).
+bool inference_linear_takes_avx2(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD);
 
 // Row groups against their own weights, y[rows of g] = x[rows of g] W_g^T: group g is the
 // rows_G[g] rows after the previous groups' (sum = x's rows); every W_g has the same shape and
 // dtype, no bias. All groups run in one parallel region, where a per-group loop of small GEMMs
 // (an MoE layer's experts at decode, a few rows each) costs more in dispatch and thread wake-ups
 // than in arithmetic. Defined only when inference_linear would take skinny_linear for every
-// group (or avx512_linear's bf16 dot path for every group; skinny_linear.h and avx512_linear.h
-// run the groups in one loop); then each group's rows equal inference_linear(its rows, W_g) bit
-// for bit. Otherwise an undefined tensor: the caller runs its per-group loop.
+// group (or avx512_linear's bf16 dot path, or avx2_linear, for every group; skinny_linear.h,
+// avx512_linear.h and avx2_linear.h run the groups in one loop); then each group's rows equal
+// inference_linear(its rows, W_g) bit for bit. Otherwise an undefined tensor: the caller runs its
+// per-group loop.
 at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
                                     const std::vector<int64_t>& rows_G);
 

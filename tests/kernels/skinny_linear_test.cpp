@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/tolerances.h"
+#include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
 #include "kernels/skinny_linear.h"
 
@@ -106,19 +107,49 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   }
 }
 
-// The routing rule on CPUs without AVX-512 (or with ATen capped below it): dense weights at
-// 1..16 rows go to skinny_linear, bit for bit its result; 17+ rows do not.
-TEST(SkinnyLinear, InferenceLinearSendsDenseDecodeShapesToSkinnyWithoutAvx512) {
+// The routing rule on CPUs without AVX-512 (or with ATen capped below it): fp32 inputs against
+// weights of 1M elements and more go to avx2_linear, dense at 1..64 rows and a vocabulary head
+// at 1..256, bit for bit its result; bf16 inputs against dense weights go to skinny_linear at
+// 1..16 rows. Small weights do not go to avx2_linear.
+TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx2KernelWithoutAvx512) {
   if (avx512_linear_available()) GTEST_SKIP() << "AVX-512 CPU: avx512_linear takes these shapes";
+  if (!avx2_linear_available()) GTEST_SKIP() << "no AVX2 + FMA";
   c10::InferenceMode guard;
   at::manual_seed(8);
-  auto dense = at::randn({1024, 1024});
-  auto x = at::randn({1, 1024});
-  for (int64_t rows : {1, 2, 8, 16}) EXPECT_TRUE(inference_linear_takes_skinny(rows, x, dense));
-  for (int64_t rows : {17, 64}) EXPECT_FALSE(inference_linear_takes_skinny(rows, x, dense));
-  for (int64_t rows : {2, 8, 16}) {
+  auto dense = at::randn({1024, 1024}), head = at::randn({40000, 32});
+  auto small = at::randn({512, 256});
+  auto x = at::randn({1, 1024}), xh = at::randn({1, 32});
+  for (int64_t rows : {1, 2, 8, 16, 17, 64})
+    EXPECT_TRUE(inference_linear_takes_avx2(rows, x, dense)) << rows;
+  for (int64_t rows : {65, 256}) EXPECT_FALSE(inference_linear_takes_avx2(rows, x, dense)) << rows;
+  for (int64_t rows : {1, 64, 256}) EXPECT_TRUE(inference_linear_takes_avx2(rows, xh, head));
+  EXPECT_FALSE(inference_linear_takes_avx2(257, xh, head));
+  EXPECT_FALSE(inference_linear_takes_avx2(8, at::randn({1, 256}), small));
+  EXPECT_TRUE(inference_linear_takes_avx2(8, x, dense.to(at::kBFloat16)));  // widened weights
+  auto xb = x.to(at::kBFloat16), db = dense.to(at::kBFloat16);
+  EXPECT_FALSE(inference_linear_takes_avx2(8, xb, db));
+  for (int64_t rows : {1, 2, 8, 16}) EXPECT_TRUE(inference_linear_takes_skinny(rows, xb, db));
+  EXPECT_FALSE(inference_linear_takes_skinny(17, xb, db));
+  for (int64_t rows : {1, 2, 8, 33, 64}) {
     auto xr = at::randn({rows, 1024});
-    EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), skinny_linear(xr, dense, {}))) << rows;
+    EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), avx2_linear(xr, dense, {}))) << rows;
+    auto xhr = at::randn({rows * 4, 32});
+    EXPECT_TRUE(at::equal(inference_linear(xhr, head, {}), avx2_linear(xhr, head, {}))) << rows;
+  }
+  // An MoE layer with large experts (1M elements and more each): the grouped call takes the
+  // AVX2 kernel for every group, each group's rows equal to its own call bit for bit.
+  const std::vector<int64_t> rows_G = {3, 0, 1, 16, 2};
+  auto x_AD = at::randn({22, 1024});
+  std::vector<at::Tensor> w_G;
+  for (size_t g = 0; g < rows_G.size(); ++g) w_G.push_back(at::randn({1024, 1024}));
+  auto y_AF = grouped_inference_linear(x_AD, w_G, rows_G);
+  ASSERT_TRUE(y_AF.defined());
+  for (size_t g = 0, row0 = 0; g < rows_G.size(); row0 += rows_G[g], ++g) {
+    if (rows_G[g] == 0) continue;
+    auto x_rows = x_AD.narrow(0, static_cast<int64_t>(row0), rows_G[g]);
+    EXPECT_TRUE(at::equal(y_AF.narrow(0, static_cast<int64_t>(row0), rows_G[g]),
+                          avx2_linear(x_rows, w_G[g], {})))
+        << "group " << g;
   }
 }
 
