@@ -26,6 +26,7 @@ converts the model to GGUF; later runs are offline. About an hour on 2 cores.
   .venv/bin/python bench/generate_bench.py --model qwen3_0.6b [--batches 1,8,32,64]
       [--dtypes float32,bfloat16] [--peers furlong,transformers,llama.cpp] [--timeout 1800]
       [--repeats 3]    # timed runs of furlong and llama.cpp per cell, the median reported
+      [--isa-cap avx2] # what an AVX2-only CPU runs, on an AVX-512 one (ISA_CAP_NOTE)
 """
 import argparse
 import json
@@ -118,6 +119,17 @@ def furlong_run(binary, model_dir, batch, prompt_len, max_new, threads, exact, d
     return dict(last_json(stdout, "furlong"), peak_rss_gb=rss)
 
 
+# --isa-cap avx2: the environment that caps ATen, oneDNN and MKL at AVX2 (furlong's kernels
+# follow ATen's cap), for furlong, transformers and the machine-limit probes alike.
+ISA_CAP_ENV = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                        "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+ISA_CAP_NOTE = ("--isa-cap avx2 on an AVX-512 CPU: ATen, oneDNN and MKL capped at AVX2 "
+                "(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2), "
+                "furlong takes its AVX2 paths (avx2_linear, not avx512_linear), llama.cpp built "
+                "without AVX-512 (bench/llama_cpp.py use_isa_cap). Not capped: furlong's "
+                "target_clones kernels (skinny_linear's small weights, decode attention, "
+                "RMSNorm, RoPE, SwiGLU) still run their AVX-512 builds, and the CPU's caches, "
+                "memory and clock are those of this machine, not of an AVX2-only one.")
 GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16"}
 LIMIT_KEY = {"float32": "fp32", "bfloat16": "bf16"}
 
@@ -170,6 +182,11 @@ def main_06b(a, binary, build_dir):
             raise SystemExit(f"--dtypes: {d} is not float32 or bfloat16")
     if "furlong" in peers and not binary.exists():
         raise SystemExit(f"{binary} is missing: build it with ninja -C {build_dir}")
+    if a.isa_cap:
+        if a.isa_cap not in ISA_CAP_ENV:
+            raise SystemExit(f"--isa-cap: {a.isa_cap} is not one of {', '.join(ISA_CAP_ENV)}")
+        os.environ.update(ISA_CAP_ENV[a.isa_cap])
+        llama_cpp.use_isa_cap(a.isa_cap)
     load_before, procs_before = uptime(), machine_limits.load().get("top_processes")
     build_before = furlong_build(binary)
     print(f"load: {load_before}", flush=True)
@@ -203,6 +220,7 @@ def main_06b(a, binary, build_dir):
                          f"process) and llama.cpp ({a.repeats} processes), one timed run for "
                          "transformers",
                "repeats": a.repeats,
+               **({"isa_cap": a.isa_cap, "isa_cap_note": ISA_CAP_NOTE} if a.isa_cap else {}),
                "machine_limits": limits, "bounds": bounds,
                "llama_cpp": llama_version,
                "furlong_build": {"before": build_before, "after": furlong_build(binary)},
@@ -295,6 +313,9 @@ def main():
     p.add_argument("--repeats", type=int, default=3,
                    help="with --model: timed runs of furlong and llama.cpp per cell (median)")
     p.add_argument("--out", default=None, help="results file name under bench/results")
+    p.add_argument("--isa-cap", default=None,
+                   help="with --model: avx2 runs every peer as an AVX2-only CPU would (ATen, "
+                        "oneDNN, MKL capped; llama.cpp built without AVX-512)")
     p.add_argument("--quick", action="store_true", help="tiny model, batches 1 and 8 only")
     p.add_argument("--exact-logprobs", action="store_true",
                    help="furlong with exact_logprobs (trainer-identical log-probs, one more "

@@ -11,7 +11,7 @@ target, -j2 under /tmp/furlong-build.lock like furlong's own builds) and convert
 sentencepiece, safetensors, pyyaml in .venv, installed with pip when missing). The benchmark
 itself runs offline.
 
-  .venv/bin/python bench/llama_cpp.py [--build]    # just build (or find) the binary
+  .venv/bin/python bench/llama_cpp.py [--build] [--isa-cap avx2]    # just build (or find) it
 """
 import argparse
 import glob
@@ -30,6 +30,8 @@ PY = sys.executable
 CACHE = ROOT / ".cache" / "llama.cpp"
 BUILD = CACHE / "build"
 BINARY = BUILD / "bin" / "llama-batched-bench"
+# CMake flags of the build: for the host's own ISA (GGML_NATIVE), or capped (use_isa_cap).
+ISA_FLAGS = ["-DGGML_NATIVE=ON"]
 LOCK = "/tmp/furlong-build.lock"
 # Modules convert_hf_to_gguf.py imports (module name -> pip package).
 CONVERT_NEEDS = {"numpy": "numpy", "torch": "torch", "transformers": "transformers",
@@ -70,6 +72,22 @@ def source_dir():
     return pathlib.Path(found[-1])
 
 
+def use_isa_cap(isa):
+    """Builds and runs an AVX2-only llama.cpp (its own build directory, build-avx2/), to compare
+    with furlong and torch capped at AVX2 on an AVX-512 CPU: GGML_NATIVE off, AVX/AVX2/FMA/F16C/
+    BMI2 on, every AVX-512 extension off."""
+    global BUILD, BINARY, ISA_FLAGS
+    if isa != "avx2":
+        raise SystemExit(f"--isa-cap: {isa} is not avx2")
+    BUILD = CACHE / "build-avx2"
+    BINARY = BUILD / "bin" / "llama-batched-bench"
+    ISA_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
+                 "-DGGML_F16C=ON", "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF",
+                 "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF",
+                 "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+                 "-DGGML_AMX_BF16=OFF"]
+
+
 def ensure_binary(jobs=2):
     """Path of llama-batched-bench, built once into .cache/llama.cpp/build."""
     if BINARY.exists():
@@ -77,7 +95,7 @@ def ensure_binary(jobs=2):
     src = source_dir()
     log(f"configuring {src} -> {BUILD}")
     subprocess.run(["cmake", "-G", "Ninja", "-S", str(src), "-B", str(BUILD),
-                    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
+                    "-DCMAKE_BUILD_TYPE=Release", *ISA_FLAGS, "-DLLAMA_CURL=OFF",
                     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                     "-DBUILD_SHARED_LIBS=OFF"], check=True, timeout=600)
@@ -206,7 +224,10 @@ def run(gguf, prompt_len, max_new, batches, threads, timeout):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", action="store_true", help="build (or find) the binary and exit")
+    p.add_argument("--isa-cap", default=None, help="avx2: the AVX2-only build (use_isa_cap)")
     a = p.parse_args()
+    if a.isa_cap:
+        use_isa_cap(a.isa_cap)
     print(ensure_binary())
     print(json.dumps(version()))
 

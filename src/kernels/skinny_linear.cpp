@@ -276,11 +276,11 @@ bool inference_linear_takes_skinny(int64_t rows, const at::Tensor& x_like, const
 bool inference_linear_takes_avx2(int64_t rows, const at::Tensor& x_like, const at::Tensor& w_FD) {
   // fp32 inputs against weights of 1M elements and more on CPUs with AVX2 but not AVX-512
   // (where avx512_linear takes them): dense weights at 1..64 rows, a vocabulary head at 1..256.
-  // Zen 4 with every library capped at AVX2, 2 threads, against oneDNN / MKL (capped) and
-  // skinny_linear: [3072, 1024] at 8 rows 0.63 ms against 0.93 and 0.81, at 32 rows 1.59
-  // against 1.88 and 1.98; the head at 32 rows 77 ms against 91 and 97, at 256 rows 543 against
-  // 555 (MKL) and 681; one row level with MKL's gemv and 1.2x skinny_linear; dense weights level
-  // with oneDNN from 128 rows (Avx2Linear.DISABLED_ReportThroughput).
+  // A Xeon (Emerald Rapids) with every library capped at AVX2, 2 threads, against oneDNN / MKL
+  // (capped) and skinny_linear (its AVX-512 clone): [3072, 1024] at 8 rows 0.63 ms against 0.93 and
+  // 0.81, at 32 rows 1.59 against 1.88 and 1.98; the head at 32 rows 77 ms against 91 and 97, at
+  // 256 rows 543 against 555 (MKL) and 681; one row level with MKL's gemv and 1.2x skinny_linear;
+  // dense weights level with oneDNN from 128 rows (Avx2Linear.DISABLED_ReportThroughput).
   if (rows < 1 || w_FD.dim() != 2 || w_FD.numel() < kSmallWeight || avx512_linear_available())
     return false;
   const int64_t max_rows = w_FD.size(0) >= kHeadMinRows ? kAvx2HeadMaxRows : kAvx2DenseMaxRows;
