@@ -92,6 +92,12 @@ std::filesystem::path cached_oracle(
   std::ifstream in(source_dir() / "scripts" / script, std::ios::binary);
   std::string material((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   material += '\0' + key;
+  // The variables that choose torch's CPU code paths (and so the oracle's last bits): a run
+  // capped at AVX2 gets its own fixtures, computed under the same cap as the code it checks.
+  for (const char* var : {"ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"}) {
+    const char* value = std::getenv(var);
+    material += '\0' + std::string(var) + '=' + (value ? value : "");
+  }
   auto cache = binary_dir() / "testdata" / "oracle_cache";
   auto final_dir = cache / (name + "." + std::to_string(std::hash<std::string>{}(material)));
   if (std::filesystem::exists(final_dir / "DONE")) return final_dir;
