@@ -17,11 +17,12 @@
 #include "common/tolerances.h"
 #include "kernels/avx512_linear.h"
 #include "kernels/skinny_linear.h"
+#include "linear_checks.h"
 
 namespace furlong::kernels {
 namespace {
 
-namespace tol = testing::tol;
+namespace tol = furlong::testing::tol;
 
 #define SKIP_WITHOUT_AVX512()                                                          \
   if (!avx512_linear_available())                                                      \
@@ -57,21 +58,9 @@ TEST(Avx512Linear, EachRowIsIndependentOfTheBatchAndTheThreads) {
   SKIP_WITHOUT_AVX512();
   c10::InferenceMode guard;
   at::manual_seed(6);
-  const int threads = at::get_num_threads();
+  auto linear = [](const at::Tensor& x, const at::Tensor& w) { return avx512_linear(x, w, {}); };
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    auto w = at::randn({515, 333}).to(dtype);
-    auto x = at::randn({37, 333}).to(dtype);
-    auto batched = avx512_linear(x, w, {});
-    at::set_num_threads(1);
-    auto one_thread = avx512_linear(x, w, {});
-    at::set_num_threads(threads);
-    EXPECT_TRUE(at::equal(batched, one_thread)) << dtype;
-    for (int64_t m : {0, 3, 17, 36}) {
-      auto alone = avx512_linear(x.narrow(0, m, 1), w, {});
-      EXPECT_TRUE(at::equal(alone, batched.narrow(0, m, 1))) << dtype << " row " << m;
-      auto in_two = avx512_linear(x.narrow(0, m == 36 ? 35 : m, 2), w, {});
-      EXPECT_TRUE(at::equal(in_two.narrow(0, m == 36 ? 1 : 0, 1), batched.narrow(0, m, 1)));
-    }
+    testing::expect_rows_independent_of_batch_and_threads(linear, dtype, dtype);
   }
 }
 
@@ -87,16 +76,7 @@ TEST(Avx512Linear, RejectsWhatItCannotCompute) {
 TEST(Avx512Linear, DISABLED_ReportThroughput) {
   SKIP_WITHOUT_AVX512();
   c10::InferenceMode guard;
-  // Wall-clock ms per product (run it on an idle machine: under contention the figures mislead).
-  auto time = [](const std::vector<at::Tensor>& ws,
-                 const std::function<void(const at::Tensor&)>& fn) {
-    for (size_t i = 0; i < 2; ++i) fn(ws[i % ws.size()]);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < 3; ++r)
-      for (const auto& w : ws) fn(w);
-    return 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-           (3.0 * static_cast<double>(ws.size()));
-  };
+  const auto& time = testing::ms_per_call;
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
     for (auto [F, D] :
          {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}, {2048, 1024}, {151936, 1024}}) {
