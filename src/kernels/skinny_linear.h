@@ -44,8 +44,8 @@ namespace furlong::kernels {
 // - up to 16 rows: skinny_linear for a vocabulary-sized head (>= 32768 rows; in bf16 only
 //   where the CPU lacks native bf16, else oneDNN's bf16 GEMM is faster), for weights under
 //   1M elements (an MoE expert's projections, whose GEMMs are too small for oneDNN's per-call
-//   cost), and on CPUs without AVX-512 for dense weights with bf16 inputs (1.2-1.6x oneDNN's
-//   AVX2 GEMM at 2..16 rows);
+//   cost), and on CPUs without AVX-512 for dense weights with bf16 inputs (the same kernel in
+//   fp32 measured 1.2-1.6x oneDNN's AVX2 GEMM at 2..16 rows);
 // - other fp32 CPU weights up to 32M elements: oneDNN's matmul (mkldnn::_linear_pointwise;
 //   [3072, 1024] at 8 rows: 1.2 ms against ATen's 2.2 ms); ATen's linear when this libtorch
 //   has no mkldnn ops; larger fp32 weights: MKL as W x^T (at 32 rows 1.4x faster than x W^T,
