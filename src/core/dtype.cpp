@@ -1,7 +1,9 @@
 #include "core/dtype.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "core/error.h"
@@ -41,7 +43,9 @@ bool aten_capped_below_avx512() {
   return value == "avx2" || value == "default" || value == "zvector" || value == "sve256";
 }
 
-bool cpuinfo_lists_bf16() {
+// Whether the first "flags" line of /proc/cpuinfo lists any of `wanted` (every core lists the
+// same flags).
+bool cpuinfo_lists_any(std::initializer_list<std::string_view> wanted) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line)) {
@@ -49,11 +53,30 @@ bool cpuinfo_lists_bf16() {
     std::istringstream words(line);
     std::string flag;
     while (words >> flag) {
-      if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+      for (auto w : wanted) {
+        if (flag == w) return true;
+      }
     }
-    return false;  // every core lists the same flags
+    return false;
   }
   return false;
+}
+
+bool cpuinfo_lists_bf16() {
+  return cpuinfo_lists_any({"avx512_bf16", "amx_bf16"});
+}
+
+// ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA (read on every call): unset, ALL, DEFAULT or an AMX
+// level leave oneDNN free to use AMX; any other value (AVX2, AVX512_CORE_BF16, ...) caps below.
+bool onednn_allows_amx() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* raw = std::getenv(name);
+    if (raw == nullptr || *raw == '\0') continue;
+    std::string value(raw);
+    for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return value == "all" || value == "default" || value.find("amx") != std::string::npos;
+  }
+  return true;
 }
 
 }  // namespace
@@ -62,6 +85,11 @@ bool has_native_bf16(const c10::Device& device) {
   if (device.is_cuda()) return true;
   static const bool listed = cpuinfo_lists_bf16();
   return device.is_cpu() && listed && !aten_capped_below_avx512();
+}
+
+bool cpu_has_amx_bf16() {
+  static const bool listed = cpuinfo_lists_any({"amx_bf16"});
+  return listed && !aten_capped_below_avx512() && onednn_allows_amx();
 }
 
 c10::ScalarType resolve_auto_dtype(c10::ScalarType preferred, const c10::Device& device,

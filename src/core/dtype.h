@@ -21,6 +21,12 @@ std::string dtype_name(c10::ScalarType dtype);
 // 4x slower than fp32 on an AVX2 CPU.
 bool has_native_bf16(const c10::Device& device);
 
+// Whether oneDNN's bf16 GEMMs on this CPU run on AMX tiles: /proc/cpuinfo lists amx_bf16, ATen
+// is not capped below AVX-512 (as above), and ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), where
+// set, still allows AMX. There oneDNN's bf16 GEMM runs several times faster than AVX512-BF16
+// dot products from a few input rows on (kernels::inference_linear routes by it).
+bool cpu_has_amx_bf16();
+
 // The compute dtype that "auto" means, the same rule for the trainer and the engine:
 // `preferred` (the checkpoint's dtype for the engine, bfloat16 for the trainer) when the
 // device computes it natively, else float32 (fp32 arithmetic; bf16 weights widen exactly).

@@ -37,7 +37,9 @@ namespace furlong::kernels {
 //   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
 // - on AVX-512 CPUs, fp32 x fp32 or (with AVX512-BF16) bf16 x bf16, weights of 1M elements and
 //   more: avx512_linear at 2..64 rows (bf16: 1..16), and for a vocabulary-sized head at any
-//   number of rows in fp32 and up to 32 in bf16 (1.05-2x faster than oneDNN / MKL there);
+//   number of rows in fp32 and up to 32 in bf16 (1.05-2x faster than oneDNN / MKL there); bf16
+//   on CPUs whose oneDNN runs bf16 GEMMs on AMX tiles (core/dtype.h cpu_has_amx_bf16) only at
+//   1..7 rows, dense and head alike (from 8 rows the AMX GEMM is as fast, at 32 rows 3x);
 // - on CPUs with AVX2 but not AVX-512, fp32 inputs against weights of 1M elements and more
 //   (fp32 or bf16): avx2_linear (avx2_linear.h) at 1..64 rows, and for a vocabulary head at
 //   1..256 (1.2-1.5x oneDNN / MKL capped at AVX2 from 2 rows, level with MKL's gemv at one);

@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
 
 #include "common/test_util.h"
 #include "core/digest.h"
@@ -18,23 +21,30 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Sets ATEN_CPU_CAPABILITY for the test's scope (the auto rule reads it on every call).
-class ScopedCapability {
+// Sets an environment variable for the test's scope (the rules read them on every call).
+class ScopedEnv {
  public:
-  explicit ScopedCapability(const char* value) {
-    if (const char* old = std::getenv("ATEN_CPU_CAPABILITY")) old_ = old;
-    setenv("ATEN_CPU_CAPABILITY", value, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
   }
-  ~ScopedCapability() {
-    if (old_.empty()) {
-      unsetenv("ATEN_CPU_CAPABILITY");
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
     } else {
-      setenv("ATEN_CPU_CAPABILITY", old_.c_str(), 1);
+      unsetenv(name_);
     }
   }
 
  private:
-  std::string old_;
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// ATEN_CPU_CAPABILITY for the test's scope.
+class ScopedCapability : public ScopedEnv {
+ public:
+  explicit ScopedCapability(const char* value) : ScopedEnv("ATEN_CPU_CAPABILITY", value) {}
 };
 
 TEST(AutoDtype, AutoKeepsFloat32AndWidensBf16WithoutNativeSupport) {
@@ -52,6 +62,40 @@ TEST(AutoDtype, AutoKeepsFloat32AndWidensBf16WithoutNativeSupport) {
             has_native_bf16(cpu) ? c10::kBFloat16 : c10::kFloat);
   EXPECT_EQ(parse_compute_dtype("bf16", c10::kFloat, cpu, "--dtype"), c10::kBFloat16);
   EXPECT_THROW(parse_compute_dtype("bf17", c10::kFloat, cpu, "--dtype"), Error);
+}
+
+// cpu_has_amx_bf16: what /proc/cpuinfo lists, unless ATen is capped below AVX-512 or oneDNN's
+// ISA cap (ONEDNN_MAX_CPU_ISA, any case) stops short of AMX.
+TEST(AutoDtype, AmxBf16FollowsCpuinfoAndTheIsaCaps) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  bool listed = false;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      listed = (line + " ").find(" amx_bf16 ") != std::string::npos;
+      break;
+    }
+  }
+  ScopedEnv no_cap("ONEDNN_MAX_CPU_ISA", "ALL");
+  const bool aten_capped =
+      std::getenv("ATEN_CPU_CAPABILITY") != nullptr && !has_native_bf16(c10::Device(c10::kCPU));
+  EXPECT_EQ(cpu_has_amx_bf16(), listed && !aten_capped);
+  {
+    ScopedEnv cap("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16");
+    EXPECT_FALSE(cpu_has_amx_bf16());
+  }
+  {
+    ScopedEnv cap("ONEDNN_MAX_CPU_ISA", "avx2");
+    EXPECT_FALSE(cpu_has_amx_bf16());
+  }
+  {
+    ScopedEnv cap("ONEDNN_MAX_CPU_ISA", "avx512_core_amx");
+    EXPECT_EQ(cpu_has_amx_bf16(), listed && !aten_capped);
+  }
+  {
+    ScopedCapability avx2("avx2");
+    EXPECT_FALSE(cpu_has_amx_bf16());
+  }
 }
 
 TEST(AutoDtype, EngineAutoOnAnAvx2CpuHoldsTheBf16ValuesInFloat32) {

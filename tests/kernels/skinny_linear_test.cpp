@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/tolerances.h"
+#include "core/dtype.h"
 #include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
 #include "kernels/skinny_linear.h"
@@ -73,7 +74,8 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
 }
 
 // The routing rule of skinny_linear.h on AVX-512 CPUs: dense weights (1M elements and more) at
-// 2..16 rows and a vocabulary head at 2 rows and more (bf16: 1..32) go to avx512_linear, bit
+// 2..16 rows and a vocabulary head at 2 rows and more (bf16: 1..32, both 1..7 on AMX CPUs) go
+// to avx512_linear, bit
 // for bit its result; one fp32 row, small weights and 17+ rows of dense weights do not.
 TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   if (!avx512_linear_available()) GTEST_SKIP() << "no AVX-512 (or ATEN_CPU_CAPABILITY caps it)";
@@ -90,14 +92,18 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   EXPECT_FALSE(inference_linear_takes_avx512(1, xh, head));
   EXPECT_FALSE(inference_linear_takes_avx512(8, at::randn({1, 256}), small));
   if (avx512_bf16_dot_available()) {
+    // bf16 x bf16: the head at 1..32 rows and dense weights at 1..16, or both at 1..7 where
+    // oneDNN's bf16 GEMM runs on AMX tiles.
+    const bool amx = cpu_has_amx_bf16();
+    const int64_t head_max = amx ? 7 : 32, dense_max = amx ? 7 : 16;
     auto xb = xh.to(at::kBFloat16), hb = head.to(at::kBFloat16);
     EXPECT_TRUE(inference_linear_takes_avx512(1, xb, hb));  // one bf16 row too
-    EXPECT_TRUE(inference_linear_takes_avx512(32, xb, hb));
-    EXPECT_FALSE(inference_linear_takes_avx512(33, xb, hb));
-    EXPECT_FALSE(inference_linear_takes_avx512(8, xb, head));  // mixed dtypes: not routed
+    EXPECT_TRUE(inference_linear_takes_avx512(head_max, xb, hb));
+    EXPECT_FALSE(inference_linear_takes_avx512(head_max + 1, xb, hb));
+    EXPECT_FALSE(inference_linear_takes_avx512(4, xb, head));  // mixed dtypes: not routed
     auto db = dense.to(at::kBFloat16);
-    EXPECT_TRUE(inference_linear_takes_avx512(16, x.to(at::kBFloat16), db));
-    EXPECT_FALSE(inference_linear_takes_avx512(17, x.to(at::kBFloat16), db));
+    EXPECT_TRUE(inference_linear_takes_avx512(dense_max, x.to(at::kBFloat16), db));
+    EXPECT_FALSE(inference_linear_takes_avx512(dense_max + 1, x.to(at::kBFloat16), db));
   }
   for (int64_t rows : {2, 8, 16, 33, 64}) {
     auto xr = at::randn({rows, 1024});
