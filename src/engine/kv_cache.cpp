@@ -30,30 +30,36 @@ int64_t KvCache::bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t h
 
 // One [S, rows, cols] pool, uninitialized. On CPU a private anonymous mapping: its pages are
 // allocated (zeroed by the kernel) on first write, so unwritten capacity is not resident, and
-// no allocator cache can hand back pages another tensor already touched.
-at::Tensor KvCache::fresh_pool(int64_t rows, int64_t cols,
-                               const c10::TensorOptions& options) const {
-  const std::vector<int64_t> shape{num_blocks_ * block_size_, rows, cols};
-  if (!options.device().is_cpu()) return at::empty(shape, options);
-  const size_t bytes = static_cast<size_t>(shape[0] * shape[1] * shape[2]) *
+// no allocator cache can hand back pages another tensor already touched. `row_major_slots`
+// false (K and V on CPU) stores it row by row ([rows, S, cols], viewed as [S, rows, cols]): a
+// KV head's rows of consecutive slots are then adjacent, so decode attention streams a block's
+// keys of one head (bf16, H = 128, 16-slot blocks: one 4 KiB page) instead of striding over the
+// other heads' rows.
+at::Tensor KvCache::fresh_pool(int64_t rows, int64_t cols, const c10::TensorOptions& options,
+                               bool row_major_slots) const {
+  const int64_t S = num_blocks_ * block_size_;
+  if (!options.device().is_cpu()) return at::empty({S, rows, cols}, options);
+  const size_t bytes = static_cast<size_t>(S * rows * cols) *
                        c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   FURLONG_CHECK(p != MAP_FAILED, "kv cache: cannot map ", bytes,
                 " bytes for a layer's pool; lower --max-total-tokens or --mem-fraction-static");
-  return at::from_blob(
-      p, shape, [bytes](void* ptr) { munmap(ptr, bytes); }, options);
+  auto unmap = [bytes](void* ptr) { munmap(ptr, bytes); };
+  if (row_major_slots) return at::from_blob(p, {S, rows, cols}, unmap, options);
+  return at::from_blob(p, {rows, S, cols}, unmap, options).transpose(0, 1);
 }
 
 void KvCache::rebuild() {
   k_.clear();
   v_.clear();
   for (int64_t l = 0; l < num_layers_; ++l) {
-    k_.push_back(fresh_pool(kv_heads_, head_dim_, options_));
-    v_.push_back(fresh_pool(kv_heads_, head_dim_, options_));
+    k_.push_back(fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false));
+    v_.push_back(fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false));
   }
   if (routing_top_k_ > 0)
-    routing_ = fresh_pool(num_layers_, routing_top_k_, options_.dtype(at::kInt));
+    routing_ = fresh_pool(num_layers_, routing_top_k_, options_.dtype(at::kInt),
+                          /*row_major_slots=*/true);
   released_ = false;
 }
 

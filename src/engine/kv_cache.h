@@ -13,6 +13,11 @@
 // buffer of routed experts), written by the forward that writes the slot's K/V. Slots shared
 // between sequences (prefix sharing) thus carry the routing recorded when they were filled.
 //
+// Layout: on CPU each K and V pool is stored head-major ([K, S, H] in memory, the tensor a
+// [S, K, H] view of it with strides (H, S * H, 1)), so one head's rows of a block's slots are
+// adjacent for decode attention; on CUDA it is contiguous [S, K, H]. Either way callers index
+// it as [S, K, H].
+//
 // Memory: the pools are allocated uninitialized (never zero-filled); on CPU as fresh anonymous
 // pages, so capacity no sequence has written costs no resident memory. Readers only read slots
 // their sequence wrote (paged_forward.cpp pads its decode gather with the sequence's own slot 0).
@@ -65,7 +70,7 @@ class KvCache {
   // Copies K and V (and the routing) of slots `from` to slots `to` in every layer (bit-exact).
   void copy_slots(const at::Tensor& from, const at::Tensor& to);
 
-  at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H], S = num_blocks * block_size
+  at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H] (see Layout), S = blocks * size
   at::Tensor& v(int64_t layer) { return v_[layer]; }
   bool records_routing() const { return routing_top_k_ > 0; }
   at::Tensor& routing() { return routing_; }  // int32 [S, L, K] (records_routing() only)
@@ -76,7 +81,8 @@ class KvCache {
   bool released() const { return released_; }
 
  private:
-  at::Tensor fresh_pool(int64_t rows, int64_t cols, const c10::TensorOptions& options) const;
+  at::Tensor fresh_pool(int64_t rows, int64_t cols, const c10::TensorOptions& options,
+                        bool row_major_slots) const;
 
   int64_t num_layers_, num_blocks_, block_size_, kv_heads_, head_dim_;
   c10::TensorOptions options_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -44,6 +45,7 @@ struct Operands {
   const int64_t* slots;
   const int64_t* cu_lens;
   int64_t N, K, H;
+  int64_t slot_stride, head_stride;  // elements between the K/V rows of adjacent slots, heads
   float scale;
 };
 
@@ -52,6 +54,32 @@ FURLONG_INLINE void store(float* out, float v) {
 }
 FURLONG_INLINE void store(uint16_t* out, float v) {
   *out = float_to_bf16_bits(v);
+}
+
+// Rows of G x L scores to exp(s - max) in place (fast_exp, vectorized: within 2 u of e^x);
+// total[j] = the fp32 sum of row j, in order.
+FURLONG_INLINE void softmax_rows(float* p, int64_t G, int64_t L, float* total) {
+  for (int64_t j = 0; j < G; ++j) {
+    float* pj = p + j * L;
+    const float top = *std::max_element(pj, pj + L);
+#pragma omp simd
+    for (int64_t l = 0; l < L; ++l) pj[l] = fast_exp(pj[l] - top);
+    float sum = 0.0f;
+    for (int64_t l = 0; l < L; ++l) sum += pj[l];
+    total[j] = sum;
+  }
+}
+
+// o[b, g * G + j] = acc[j] / total[j], rounded once to T.
+template <class T>
+FURLONG_INLINE void store_outputs(const Operands<T>& o, int64_t b, int64_t g, const float* acc,
+                                  const float* total) {
+  const int64_t G = o.N / o.K, H = o.H;
+  for (int64_t j = 0; j < G; ++j) {
+    T* out = o.o + (b * o.N + g * G + j) * H;
+    const float inv = 1.0f / total[j];
+    for (int64_t h = 0; h < H; ++h) store(out + h, acc[j * H + h] * inv);
+  }
 }
 
 // Sequence b, KV head g: the G query heads n = g * G .. g * G + G - 1. `work` holds G rows of
@@ -67,7 +95,7 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
   float* p = acc + G * H;  // [G, L]
   for (int64_t i = 0; i < G * H; ++i) q[i] = widen(o.q[(b * o.N + g * G) * H + i]);
   for (int64_t l = 0; l < L; ++l) {
-    const T* key = o.k + (o.slots[begin + l] * o.K + g) * H;
+    const T* key = o.k + o.slots[begin + l] * o.slot_stride + g * o.head_stride;
     for (int64_t j = 0; j < G; ++j) {
       const float* qj = q + j * H;
       float dot = 0.0f;
@@ -77,19 +105,10 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
     }
   }
   float total[64];  // G <= 64 (checked by the caller)
-  for (int64_t j = 0; j < G; ++j) {
-    float* pj = p + j * L;
-    const float top = *std::max_element(pj, pj + L);
-    float sum = 0.0f;
-    for (int64_t l = 0; l < L; ++l) {
-      pj[l] = std::exp(pj[l] - top);
-      sum += pj[l];
-    }
-    total[j] = sum;
-  }
+  softmax_rows(p, G, L, total);
   std::fill(acc, acc + G * H, 0.0f);
   for (int64_t l = 0; l < L; ++l) {
-    const T* value = o.v + (o.slots[begin + l] * o.K + g) * H;
+    const T* value = o.v + o.slots[begin + l] * o.slot_stride + g * o.head_stride;
     for (int64_t j = 0; j < G; ++j) {
       const float pl = weight_for_values<T>(p[j * L + l]);
       float* aj = acc + j * H;
@@ -97,17 +116,130 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
       for (int64_t h = 0; h < H; ++h) aj[h] += pl * widen(value[h]);
     }
   }
-  for (int64_t j = 0; j < G; ++j) {
-    T* out = o.o + (b * o.N + g * G + j) * H;
-    const float inv = 1.0f / total[j];
-    for (int64_t h = 0; h < H; ++h) store(out + h, acc[j * H + h] * inv);
+  store_outputs(o, b, g, acc, total);
+}
+
+// ---- The vector path: head dims of 64, 128 or 256 (C = H / 16 chunks of 16 lanes) ----
+// GCC vector types, so each target clone compiles them to its own registers (AVX-512: one zmm
+// per chunk; AVX2: two ymm). Per key, the key row is loaded once for the G query heads that
+// share it; each score is two interleaved chunk accumulators and a fixed lane-sum tree. The value
+// pass sums p_l v_l in order over l, two query heads at a time in registers. Rows 12 keys ahead
+// are prefetched: a layer's cache is read from memory, and its rows of one sequence are only
+// adjacent within a block (the engine's head-major cache) or not at all (a contiguous one).
+
+using F32x16 = float __attribute__((vector_size(64)));
+using F32x8 = float __attribute__((vector_size(32)));
+using F32x4 = float __attribute__((vector_size(16)));
+using U16x16 = uint16_t __attribute__((vector_size(32)));
+using U32x16 = uint32_t __attribute__((vector_size(64)));
+
+constexpr int64_t kPrefetchAhead = 12;  // keys
+
+FURLONG_INLINE F32x16 load_lanes(const float* p) {
+  F32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+FURLONG_INLINE F32x16 load_lanes(const uint16_t* p) {
+  U16x16 raw;
+  std::memcpy(&raw, p, sizeof raw);
+  return reinterpret_cast<F32x16>(__builtin_convertvector(raw, U32x16) << 16);  // exact
+}
+FURLONG_INLINE void store_lanes(float* p, F32x16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// The sum of the 16 lanes, in a fixed order: halves, quarters, then pairs.
+FURLONG_INLINE float lane_sum(F32x16 v) {
+  const F32x8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const F32x4 q =
+      __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+template <class T>
+FURLONG_INLINE void prefetch_row(const T* row, int64_t H) {
+  const auto* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t off = 0; off < H * static_cast<int64_t>(sizeof(T)); off += 64)
+    __builtin_prefetch(bytes + off, 0, 3);
+}
+
+template <int C, class T>
+FURLONG_INLINE void attend_one_lanes(const Operands<T>& o, int64_t b, int64_t g,
+                                     std::vector<float>& work) {
+  constexpr int64_t H = 16 * C;
+  const int64_t G = o.N / o.K;
+  const int64_t begin = o.cu_lens[b], L = o.cu_lens[b + 1] - begin;
+  work.resize(static_cast<size_t>(2 * G * H + G * L));
+  float* q = work.data();  // [G, H] fp32
+  float* acc = q + G * H;  // [G, H]
+  float* p = acc + G * H;  // [G, L]
+  for (int64_t i = 0; i < G * H; ++i) q[i] = widen(o.q[(b * o.N + g * G) * H + i]);
+  auto row = [&](const T* base, int64_t l) {
+    return base + o.slots[begin + l] * o.slot_stride + g * o.head_stride;
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    if (l + kPrefetchAhead < L) prefetch_row(row(o.k, l + kPrefetchAhead), H);
+    const T* key = row(o.k, l);
+    F32x16 kc[C];
+    for (int c = 0; c < C; ++c) kc[c] = load_lanes(key + 16 * c);
+    for (int64_t j = 0; j < G; ++j) {
+      const float* qj = q + j * H;
+      F32x16 even = load_lanes(qj) * kc[0], odd = load_lanes(qj + 16) * kc[1];
+      for (int c = 2; c < C; c += 2) {
+        even += load_lanes(qj + 16 * c) * kc[c];
+        odd += load_lanes(qj + 16 * (c + 1)) * kc[c + 1];
+      }
+      p[j * L + l] = lane_sum(even + odd) * o.scale;
+    }
+  }
+  float total[64];  // G <= 64 (checked by the caller)
+  softmax_rows(p, G, L, total);
+  // Two query heads at a time, their sums in registers (a lone last head pairs with zeros).
+  for (int64_t j0 = 0; j0 < G; j0 += 2) {
+    const bool pair = j0 + 1 < G;
+    F32x16 sum0[C], sum1[C];
+    for (int c = 0; c < C; ++c) sum0[c] = sum1[c] = F32x16{};
+    for (int64_t l = 0; l < L; ++l) {
+      if (j0 == 0 && l + kPrefetchAhead < L) prefetch_row(row(o.v, l + kPrefetchAhead), H);
+      const T* value = row(o.v, l);
+      const float w0 = weight_for_values<T>(p[j0 * L + l]);
+      const float w1 = pair ? weight_for_values<T>(p[(j0 + 1) * L + l]) : 0.0f;
+      for (int c = 0; c < C; ++c) {
+        const F32x16 vc = load_lanes(value + 16 * c);
+        sum0[c] += w0 * vc;
+        sum1[c] += w1 * vc;
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      store_lanes(acc + j0 * H + 16 * c, sum0[c]);
+      if (pair) store_lanes(acc + (j0 + 1) * H + 16 * c, sum1[c]);
+    }
+  }
+  store_outputs(o, b, g, acc, total);
+}
+
+// One (sequence, KV head): the vector path where the head dim allows it, else the plain loops.
+template <class T>
+FURLONG_INLINE void attend_any(const Operands<T>& o, int64_t b, int64_t g,
+                               std::vector<float>& work) {
+  switch (o.H) {
+    case 64:
+      return attend_one_lanes<4>(o, b, g, work);
+    case 128:
+      return attend_one_lanes<8>(o, b, g, work);
+    case 256:
+      return attend_one_lanes<16>(o, b, g, work);
+    default:
+      return attend_one(o, b, g, work);
   }
 }
 
 template <class T>
 FURLONG_INLINE void attend_range(const Operands<T>& o, int64_t begin, int64_t end) {
   thread_local std::vector<float> work;
-  for (int64_t t = begin; t < end; ++t) attend_one(o, t / o.K, t % o.K, work);
+  for (int64_t t = begin; t < end; ++t) attend_any(o, t / o.K, t % o.K, work);
 }
 
 FURLONG_KERNEL void attend_range_f32(const Operands<float>& o, int64_t begin, int64_t end) {
@@ -130,6 +262,8 @@ Operands<T> operands(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
           q.size(1),
           k.size(1),
           q.size(2),
+          k.stride(0),
+          k.stride(1),
           static_cast<float>(scale)};
 }
 
@@ -140,7 +274,7 @@ bool decode_attention_supported(int64_t num_heads, const at::Tensor& k_SKH,
   const auto dtype = k_SKH.scalar_type();
   return k_SKH.is_cpu() && v_SKH.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16) &&
          v_SKH.scalar_type() == dtype && k_SKH.dim() == 3 && v_SKH.sizes() == k_SKH.sizes() &&
-         k_SKH.is_contiguous() && v_SKH.is_contiguous() && k_SKH.size(1) > 0 &&
+         k_SKH.stride(2) == 1 && k_SKH.strides() == v_SKH.strides() && k_SKH.size(1) > 0 &&
          num_heads % k_SKH.size(1) == 0 && num_heads / k_SKH.size(1) <= 64;
 }
 

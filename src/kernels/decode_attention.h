@@ -18,8 +18,10 @@
 
 namespace furlong::kernels {
 
-// CPU caches of one dtype (float32 or bfloat16), contiguous [S, K, H], and N = num_heads a
-// multiple of K (at most 64 query heads per KV head). q must then be [B, N, H] of that dtype.
+// CPU caches of one dtype (float32 or bfloat16), [S, K, H] with each row of H contiguous and
+// the same strides for K and V (contiguous, or head-major as engine::KvCache stores them), and
+// N = num_heads a multiple of K (at most 64 query heads per KV head). q must then be
+// [B, N, H] of that dtype.
 bool decode_attention_supported(int64_t num_heads, const at::Tensor& k_SKH,
                                 const at::Tensor& v_SKH);
 
