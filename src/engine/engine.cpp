@@ -637,7 +637,10 @@ at::Tensor Engine::Impl::routing_rows(const Sequence& s) const {
   const auto rows = static_cast<int64_t>(s.tokens.size());
   const int64_t ran = std::min({s.num_cached, rows, s.slots.defined() ? s.slots.numel() : 0});
   auto ids_TLK = at::full({rows, pool.size(1), pool.size(2)}, -1, pool.options());
-  if (ran > 0) ids_TLK.narrow(0, 0, ran).copy_(pool.index_select(0, s.slots.narrow(0, 0, ran)));
+  if (ran > 0) {
+    ids_TLK.narrow(0, 0, ran).copy_(
+        pool.index_select(0, s.slots.narrow(0, 0, ran).to(pool.device())));
+  }
   return ids_TLK;
 }
 

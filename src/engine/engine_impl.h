@@ -41,7 +41,7 @@ struct Sequence {
   int64_t num_cached = 0;              // leading tokens whose K/V are in the cache
   bool finished = false;  // set by append_token (eos, stop, length); step() then releases it
   std::vector<int64_t> blocks;
-  at::Tensor slots;  // cache slot of every position the reservation covers
+  at::Tensor slots;  // cache slot of every position the reservation covers (host int64)
   GenerateOutput out;
   std::mt19937_64 rng;
   std::unique_ptr<tokenizer::StreamDecoder> decoder;  // only with stop strings

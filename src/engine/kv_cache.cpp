@@ -106,11 +106,12 @@ at::Tensor KvCache::slots_for(const std::vector<int64_t>& blocks, int64_t tokens
   for (int64_t p = 0; p < tokens; ++p) {
     s[p] = blocks[p / block_size_] * block_size_ + p % block_size_;
   }
-  return slots.to(options_.device());
+  return slots;
 }
 
-void KvCache::copy_slots(const at::Tensor& from, const at::Tensor& to) {
-  if (from.numel() == 0) return;
+void KvCache::copy_slots(const at::Tensor& from_host, const at::Tensor& to_host) {
+  if (from_host.numel() == 0) return;
+  const auto from = from_host.to(options_.device()), to = to_host.to(options_.device());
   for (int64_t l = 0; l < num_layers_; ++l) {
     k_[l].index_copy_(0, to, k_[l].index_select(0, from));
     v_[l].index_copy_(0, to, v_[l].index_select(0, from));

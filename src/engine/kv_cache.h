@@ -65,10 +65,12 @@ class KvCache {
   // Drops one reference to each of `blocks`; blocks left with none are free.
   void free(const std::vector<int64_t>& blocks);
 
-  // Slot index of every position 0..tokens-1 under a block table (int64 [tokens]).
+  // Slot index of every position 0..tokens-1 under a block table (int64 [tokens], on the host:
+  // the engine builds each step's indices there and uploads them once).
   at::Tensor slots_for(const std::vector<int64_t>& blocks, int64_t tokens) const;
-  // Copies K and V (and the routing) of slots `from` to slots `to` in every layer (bit-exact).
-  void copy_slots(const at::Tensor& from, const at::Tensor& to);
+  // Copies K and V (and the routing) of slots `from` to slots `to` (host int64 indices) in every
+  // layer (bit-exact).
+  void copy_slots(const at::Tensor& from_host, const at::Tensor& to_host);
 
   at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H] (see Layout), S = blocks * size
   at::Tensor& v(int64_t layer) { return v_[layer]; }

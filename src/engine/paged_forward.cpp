@@ -12,6 +12,16 @@
 namespace furlong::engine {
 namespace {
 
+// A host tensor on `device`. On CUDA it goes through pinned memory as a non-blocking copy on
+// the current stream, so building a step's indices never waits for the GPU (the caching host
+// allocator keeps the pinned block until the copy has run); on CPU it is the tensor itself.
+at::Tensor upload(const at::Tensor& host, c10::Device device) {
+  if (device.is_cpu()) return host;
+  auto pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
+  pinned.copy_(host);
+  return pinned.to(device, /*non_blocking=*/true);
+}
+
 // Attention in [B, heads, len, H] layout; mask (optional, bool, true = may attend) broadcasts
 // to [B, N, n, L]. Eager: plain matmul + fp32 softmax (the reference); else SDPA.
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -88,7 +98,7 @@ struct DecodeBatch {
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (member[i]) rows.push_back(cu[i]);
     }
-    rows_B = at::tensor(rows, at::kLong).to(device);
+    rows_B = upload(at::tensor(rows, at::kLong), device);
     if (in_place) {
       std::vector<at::Tensor> parts;
       cu_lens = {0};
@@ -97,7 +107,7 @@ struct DecodeBatch {
         parts.push_back(seqs[i].slots.narrow(0, 0, seqs[i].start + 1));
         cu_lens.push_back(cu_lens.back() + seqs[i].start + 1);
       }
-      slots_T = at::cat(parts).to(at::kCPU).contiguous();
+      slots_T = at::cat(parts).contiguous();
       return;
     }
     auto slots = at::empty({size, max_len}, at::kLong);
@@ -106,14 +116,14 @@ struct DecodeBatch {
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (!member[i]) continue;
       const int64_t len = seqs[i].start + 1;
-      auto seq_slots = seqs[i].slots.narrow(0, 0, len).to(at::kCPU);
+      auto seq_slots = seqs[i].slots.narrow(0, 0, len);
       slots[b].narrow(0, 0, len).copy_(seq_slots);
       slots[b].narrow(0, len, max_len - len).fill_(seq_slots[0].item<int64_t>());
       mask[b].narrow(-1, 0, len).fill_(true);
       ++b;
     }
-    slots_BL = slots.view(-1).to(device);
-    mask_B11L = mask.to(device);
+    slots_BL = upload(slots.view(-1), device);
+    mask_B11L = upload(mask, device);
   }
 
   at::Tensor attend(const at::Tensor& q_PNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -166,10 +176,10 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   const auto device = weights[0][0].device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   models::PackedBatch batch;
-  batch.tokens_P = at::tensor(tokens, long_opts).to(device);
-  batch.position_ids_P = at::tensor(positions, long_opts).to(device);
+  batch.tokens_P = upload(at::tensor(tokens, long_opts), device);
+  batch.position_ids_P = upload(at::tensor(positions, long_opts), device);
   batch.cu_seqlens = cu;
-  auto slots_P = new_slots.size() == 1 ? new_slots[0] : at::cat(new_slots);
+  auto slots_P = upload(new_slots.size() == 1 ? new_slots[0] : at::cat(new_slots), device);
 
   auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
@@ -204,7 +214,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
         o = models::attention(q, k_PKH.narrow(0, cu[i], s.num_new),
                               v_PKH.narrow(0, cu[i], s.num_new), doc, impl, scale);
       } else {
-        auto slots = s.slots.narrow(0, 0, s.start + s.num_new);
+        auto slots = upload(s.slots.narrow(0, 0, s.start + s.num_new), device);
         o = cached_attention(q, k_cache.index_select(0, slots), v_cache.index_select(0, slots),
                              s.start, impl, scale);
       }
@@ -219,7 +229,7 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
     x_PD = model.block(l, weights[model.layer_unit(l)], x_PD, ctx);
   }
   if (ctx.moe) store_routing(model, cache, *ctx.moe, slots_P);
-  auto rows = at::tensor(last_rows, long_opts).to(device);
+  auto rows = upload(at::tensor(last_rows, long_opts), device);
   return model.final_norm(weights[model.final_unit()], x_PD.index_select(0, rows), ctx);
 }
 

@@ -19,12 +19,14 @@ struct StepSequence {
   const int64_t* new_tokens = nullptr;  // `num_new` ids
   int64_t num_new = 0;
   int64_t start = 0;  // position of the first new token = tokens already cached
-  at::Tensor slots;   // int64 [>= start + num_new]: cache slot of every position
+  at::Tensor slots;   // int64 [>= start + num_new], on the host: cache slot of every position
 };
 
 // Writes the K/V of every new token into `cache` and returns the final hidden states (after
-// the final norm) of each sequence's last new token, [B, D] in the model's dtype. When the
-// cache records routing, the new tokens' expert ids (-1 in dense layers) go into its routing
+// the final norm) of each sequence's last new token, [B, D] in the model's dtype. Its indices
+// (tokens, positions, slots) are built on the host and reach a CUDA device as non-blocking
+// copies from pinned memory, so a decode step queues its kernels without waiting for the GPU. When
+// the cache records routing, the new tokens' expert ids (-1 in dense layers) go into its routing
 // pool at the same slots.
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                          const std::vector<StepSequence>& seqs,

@@ -1,7 +1,8 @@
-// The engine's device memory and weight sync on the GPU: release/resume (SGLang's
+// The engine's device memory, decode steps and weight sync on the GPU: release/resume (SGLang's
 // release/resume_memory_occupation) hands the KV cache's device memory back, measured with the
 // CUDA caching allocator's statistics from C++; an in-process weight update (the colocated
-// sync) holds the sender's bits, checked by digest, and a corrupted tensor shows in it.
+// sync) holds the sender's bits, checked by digest, and a corrupted tensor shows in it; a decode
+// step queues its work without waiting for the GPU.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,8 +14,12 @@
 #include "engine/engine.h"
 #include "models/hf_model.h"
 
+#include "engine/kv_cache.h"
+#include "engine/paged_forward.h"
+
 #ifdef FURLONG_CUDA_TESTS_CUDA_TORCH
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace furlong {
@@ -106,6 +111,52 @@ TEST(CudaEngineMemory, ReleaseReturnsTheKvCacheToTheDevice) {
   EXPECT_GE(resumed.allocated - released.allocated, kv_bytes);
   EXPECT_EQ(greedy_outputs(*eng), before_ids);
 #endif
+}
+
+// A decode step (paged_forward over one new token per sequence, the gathered attention over the
+// paged cache) never waits for the GPU: every index it needs is built on the host and uploaded
+// without blocking. CUDA's sync debug mode turns any synchronizing call (a blocking copy,
+// .item(), a stream sync) into an error while the steps are queued. On the CPU (with
+// FURLONG_CUDA_TESTS_ON_CPU=1) the steps run without that check.
+TEST(CudaEngineDecode, DecodeStepsQueueWithoutWaitingForTheGpu) {
+  FURLONG_REQUIRE_TEST_DEVICE(device);
+  const auto dir = cuda_testing::write_tiny_model("decode_sync", 3, "bfloat16");
+  auto model = models::load_hf_model(dir, {.dtype = at::kBFloat16, .device = device});
+  const auto& cfg = model->config();
+  engine::KvCache cache(cfg.num_hidden_layers, 8, 16, cfg.num_key_value_heads, cfg.head_dim,
+                        at::TensorOptions().dtype(at::kBFloat16).device(device));
+  models::ForwardOptions forward;
+  std::vector<std::vector<int64_t>> tokens = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9, 10}};
+  std::vector<at::Tensor> slots;
+  std::vector<engine::StepSequence> steps;
+  for (const auto& t : tokens) {
+    slots.push_back(cache.slots_for(*cache.allocate_tokens(32), 32));
+    steps.push_back({t.data(), static_cast<int64_t>(t.size()), 0, slots.back()});
+  }
+  engine::paged_forward(*model, cache, steps, forward);  // the prompts (may synchronize)
+#ifdef FURLONG_CUDA_TESTS_CUDA_TORCH
+  auto& warnings = c10::cuda::warning_state();
+  const auto before = warnings.get_sync_debug_mode();
+  if (device.is_cuda()) warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+#endif
+  std::vector<at::Tensor> hidden;
+  try {
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i].push_back(11 + step);
+        steps[i] = {&tokens[i].back(), 1, static_cast<int64_t>(tokens[i].size()) - 1, slots[i]};
+      }
+      hidden.push_back(engine::paged_forward(*model, cache, steps, forward));
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "a decode step synchronized with the GPU: " << e.what();
+  }
+#ifdef FURLONG_CUDA_TESTS_CUDA_TORCH
+  warnings.set_sync_debug_mode(before);
+#endif
+  ASSERT_EQ(hidden.size(), 4u);
+  for (const auto& h : hidden) EXPECT_TRUE(h.isfinite().all().item<bool>());
+  record("decode_without_host_sync", {{"device", device.str()}, {"steps", hidden.size()}});
 }
 
 // The colocated weight sync on one device: the trainer's fp32 weights (on the device) go into
