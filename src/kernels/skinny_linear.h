@@ -30,13 +30,13 @@ namespace furlong::kernels {
 
 // The engine's inference GEMM, y = x W^T (+ b), choosing per shape what measured fastest at
 // decode shapes (Qwen3-0.6B, 2 threads; the DISABLED_ReportThroughput probes print them):
-// - one input row (batch-1 decode, unless avx512_linear's bf16 path or avx2_linear below takes
-//   it): skinny_linear (one row streams weights at 32-37 GB/s, about the machine's read
-//   bandwidth);
+// - one input row (batch-1 decode) that neither avx512_linear nor avx2_linear below takes
+//   (small weights, bf16 inputs without AVX512-BF16): skinny_linear (one row streams weights
+//   at 32-37 GB/s, about the machine's read bandwidth);
 // - bf16 weights under 1M elements (an MoE expert's projections) with bf16 inputs at up to 16
 //   rows, on CPUs with AVX512-BF16: avx512_linear's vdpbf16ps path;
 // - on AVX-512 CPUs, fp32 x fp32 or (with AVX512-BF16) bf16 x bf16, weights of 1M elements and
-//   more: avx512_linear at 2..64 rows (bf16: 1..16), and for a vocabulary-sized head at any
+//   more: avx512_linear at 1..64 rows (bf16: 1..16), and for a vocabulary-sized head at any
 //   number of rows in fp32 and up to 32 in bf16 (1.05-2x faster than oneDNN / MKL there); bf16
 //   on CPUs whose oneDNN runs bf16 GEMMs on AMX tiles (core/dtype.h cpu_has_amx_bf16) only at
 //   1..7 rows, dense and head alike (from 8 rows the AMX GEMM is as fast, at 32 rows 3x);

@@ -73,10 +73,10 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
             0.0);
 }
 
-// The routing rule of skinny_linear.h on AVX-512 CPUs: dense weights (1M elements and more) at
-// 2..16 rows and a vocabulary head at 2 rows and more (bf16: 1..32, both 1..7 on AMX CPUs) go
-// to avx512_linear, bit
-// for bit its result; one fp32 row, small weights and 17+ rows of dense weights do not.
+// The routing rule of skinny_linear.h on AVX-512 CPUs: fp32 dense weights (1M elements and
+// more) at 1..64 rows and an fp32 vocabulary head at any number (bf16: dense 1..16, the head
+// 1..32, both 1..7 on AMX CPUs) go to avx512_linear, bit for bit its result; small weights and
+// 65+ rows of fp32 dense weights do not.
 TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   if (!avx512_linear_available()) GTEST_SKIP() << "no AVX-512 (or ATEN_CPU_CAPABILITY caps it)";
   c10::InferenceMode guard;
@@ -84,12 +84,12 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
   auto dense = at::randn({1024, 1024}), small = at::randn({512, 256});
   auto head = at::randn({40000, 32});
   auto x = at::randn({1, 1024}), xh = at::randn({1, 32});
-  // fp32 dense: 2..64 rows; bf16 dense (with bf16 dot products): 1..16.
-  for (int64_t rows : {2, 8, 16, 17, 64})
+  // fp32 dense: 1..64 rows; bf16 dense (with bf16 dot products): 1..16.
+  for (int64_t rows : {1, 2, 8, 16, 17, 64})
     EXPECT_TRUE(inference_linear_takes_avx512(rows, x, dense));
-  for (int64_t rows : {1, 65, 256}) EXPECT_FALSE(inference_linear_takes_avx512(rows, x, dense));
-  for (int64_t rows : {2, 16, 64, 256}) EXPECT_TRUE(inference_linear_takes_avx512(rows, xh, head));
-  EXPECT_FALSE(inference_linear_takes_avx512(1, xh, head));
+  for (int64_t rows : {65, 256}) EXPECT_FALSE(inference_linear_takes_avx512(rows, x, dense));
+  for (int64_t rows : {1, 2, 16, 64, 256})
+    EXPECT_TRUE(inference_linear_takes_avx512(rows, xh, head));
   EXPECT_FALSE(inference_linear_takes_avx512(8, at::randn({1, 256}), small));
   if (avx512_bf16_dot_available()) {
     // bf16 x bf16: the head at 1..32 rows and dense weights at 1..16, or both at 1..7 where
@@ -105,7 +105,7 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx512Kernel) {
     EXPECT_TRUE(inference_linear_takes_avx512(dense_max, x.to(at::kBFloat16), db));
     EXPECT_FALSE(inference_linear_takes_avx512(dense_max + 1, x.to(at::kBFloat16), db));
   }
-  for (int64_t rows : {2, 8, 16, 33, 64}) {
+  for (int64_t rows : {1, 2, 8, 16, 33, 64}) {
     auto xr = at::randn({rows, 1024});
     EXPECT_TRUE(at::equal(inference_linear(xr, dense, {}), avx512_linear(xr, dense, {}))) << rows;
     auto xhr = at::randn({rows * 4, 32});
