@@ -429,29 +429,8 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
   try {
     auto hidden_BD = paged_forward(*model, *cache, steps, forward);
     auto logits_BV = lm_head_logits(*model, hidden_BD);
-    auto logits32_BV = logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
-    // Penalized rows are changed on a copy (logits32_BV may alias logits_BV); without
-    // penalties nothing below differs from plain sampling.
-    const bool any_penalized = std::any_of(seqs.begin(), seqs.end(),
-                                           [](const auto& s) { return s->sampling.penalized(); });
-    if (any_penalized) logits32_BV = logits32_BV.clone();
-    std::vector<int64_t> chosen(seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const auto& s = *seqs[i];
-      auto row_V = logits32_BV[static_cast<int64_t>(i)];
-      std::vector<int64_t> stop_ids = eos_ids;
-      if (s.sampling.min_new_tokens > 0)
-        stop_ids.insert(stop_ids.end(), s.sampling.stop_token_ids.begin(),
-                        s.sampling.stop_token_ids.end());
-      apply_penalties(row_V, s.sampling, s.generated_counts,
-                      static_cast<int64_t>(s.out.output_ids.size()), stop_ids);
-      if (s.sampling.seed) {
-        auto rng = positional_rng(*s.sampling.seed, s.tokens.size());
-        chosen[i] = sample_token(row_V, s.sampling, rng);
-      } else {
-        chosen[i] = sample_token(row_V, s.sampling, seqs[i]->rng);
-      }
-    }
+    std::vector<at::Tensor> penalized_V(seqs.size());
+    auto chosen = choose_tokens(seqs, logits_BV, penalized_V);
     auto logprobs = step_logprobs(seqs, logits_BV, chosen);
     // Penalized rows report the distribution they were drawn from (SGLang's convention).
     std::vector<TopLogprobs> tops(seqs.size());
@@ -459,13 +438,13 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
       const auto& p = seqs[i]->sampling;
       const auto row = static_cast<int64_t>(i);
       if (p.penalized()) {
-        logprobs[i] = models::logprobs_from_logits(logits32_BV.narrow(0, row, 1),
+        logprobs[i] = models::logprobs_from_logits(penalized_V[i].unsqueeze(0),
                                                    at::tensor({chosen[i]}, at::kLong),
                                                    p.temperature == 0.0 ? 1.0 : p.temperature)
                           .item<float>();
       }
       if (p.top_logprobs_num > 0) {
-        tops[i] = top_logprobs(p.penalized() ? logits32_BV[row] : logits_BV[row], p.temperature,
+        tops[i] = top_logprobs(p.penalized() ? penalized_V[i] : logits_BV[row], p.temperature,
                                p.top_logprobs_num);
       }
     }
@@ -476,6 +455,48 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
     for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->rng = rngs_before[i];
     throw;
   }
+}
+
+// One token per sequence, the rows in parallel: a row's draw reads only its own logits and
+// generator, so how the rows are split over threads changes nothing. Greedy rows without
+// penalties take the argmax of the logits as they are (bf16 or fp32); the others draw from an
+// fp32 CPU copy of their row, which a penalized row changes and keeps in penalized_V (its
+// log-probs and top log-probs are those of the distribution it was drawn from).
+std::vector<int64_t> Engine::Impl::choose_tokens(const std::vector<std::shared_ptr<Sequence>>& seqs,
+                                                 const at::Tensor& logits_BV,
+                                                 std::vector<at::Tensor>& penalized_V) {
+  // Off the CPU, one transfer of the whole batch in fp32.
+  const auto host_BV =
+      logits_BV.is_cpu() ? logits_BV : logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
+  std::vector<int64_t> chosen(seqs.size());
+  at::parallel_for(0, static_cast<int64_t>(seqs.size()), 1, [&](int64_t b0, int64_t b1) {
+    c10::InferenceMode guard;  // OpenMP workers do not inherit the scheduler's mode
+    for (int64_t i = b0; i < b1; ++i) {
+      auto& s = *seqs[static_cast<size_t>(i)];
+      const bool penalized = s.sampling.penalized();
+      auto row_V = host_BV[i];
+      if (penalized || s.sampling.temperature != 0.0) {
+        // A copy where penalties will change it (host_BV may alias logits_BV).
+        row_V = row_V.to(at::kFloat, /*non_blocking=*/false, /*copy=*/penalized).contiguous();
+      }
+      if (penalized) {
+        std::vector<int64_t> stop_ids = eos_ids;
+        if (s.sampling.min_new_tokens > 0)
+          stop_ids.insert(stop_ids.end(), s.sampling.stop_token_ids.begin(),
+                          s.sampling.stop_token_ids.end());
+        apply_penalties(row_V, s.sampling, s.generated_counts,
+                        static_cast<int64_t>(s.out.output_ids.size()), stop_ids);
+        penalized_V[static_cast<size_t>(i)] = row_V;
+      }
+      if (s.sampling.seed) {
+        auto rng = positional_rng(*s.sampling.seed, s.tokens.size());
+        chosen[static_cast<size_t>(i)] = sample_token(row_V, s.sampling, rng);
+      } else {
+        chosen[static_cast<size_t>(i)] = sample_token(row_V, s.sampling, s.rng);
+      }
+    }
+  });
+  return chosen;
 }
 
 // Log-probs: the trainer's arithmetic on the same logits, one call per temperature.

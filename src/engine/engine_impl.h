@@ -143,6 +143,10 @@ struct Engine::Impl {
   // The forward pass and sampling of advance(): throws with no sequence changed.
   std::pair<std::vector<int64_t>, std::vector<float>> forward_and_sample(
       const std::vector<std::shared_ptr<Sequence>>& seqs);
+  // Draws each sequence's next token from its row of logits_BV (engine.cpp).
+  std::vector<int64_t> choose_tokens(const std::vector<std::shared_ptr<Sequence>>& seqs,
+                                     const at::Tensor& logits_BV,
+                                     std::vector<at::Tensor>& penalized_V);
   std::vector<float> step_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs,
                                    const at::Tensor& logits_BV, const std::vector<int64_t>& chosen);
   void recompute_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs);

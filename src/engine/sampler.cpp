@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/argmax.h"
 #include "models/logprobs.h"
 
 namespace furlong::engine {
@@ -67,7 +68,10 @@ Candidates sampling_candidates(const at::Tensor& logits_V, const SamplingParams&
 
 int64_t sample_token(const at::Tensor& logits_V, const SamplingParams& params,
                      std::mt19937_64& rng) {
-  if (params.temperature == 0.0) return logits_V.argmax().item<int64_t>();
+  if (params.temperature == 0.0) {
+    return kernels::argmax_row_supported(logits_V) ? kernels::argmax_row(logits_V)
+                                                   : logits_V.argmax().item<int64_t>();
+  }
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   double u = uniform(rng), cumulative = 0;
   if (params.top_k <= 0 && params.top_p >= 1.0 && params.min_p <= 0.0) {

@@ -22,8 +22,9 @@ struct Candidates {
 };
 Candidates sampling_candidates(const at::Tensor& logits_V, const SamplingParams& params);
 
-// One token: argmax when temperature is 0, else a draw from sampling_candidates with one
-// uniform number from `rng`.
+// One token: argmax when temperature is 0 (logits of any dtype; kernels::argmax_row on a
+// CPU fp32/bf16 row), else a draw from sampling_candidates with one uniform number from `rng`
+// (fp32 CPU logits).
 int64_t sample_token(const at::Tensor& logits_V, const SamplingParams& params,
                      std::mt19937_64& rng);
 

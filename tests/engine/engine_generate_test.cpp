@@ -283,6 +283,34 @@ TEST_F(EngineSampling, SameSeedSameOutputWhateverTheBatch) {
   EXPECT_NE(alone1.output_ids, other_seed.output_ids);
 }
 
+// A step draws its rows' tokens in parallel (one row per thread at a time): greedy, sampled,
+// penalized and top-log-prob rows of one batch give the same tokens, log-probs and top
+// log-probs on one thread as on two.
+TEST_F(EngineSampling, RowsDrawnInParallelGiveTheResultsOfOneThread) {
+  auto prompts = random_prompts({6, 11, 3, 17, 8, 5}, 97, 3);
+  std::vector<GenerateRequest> batch;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r = sampled(prompts[i], 100 + i, 12);
+    if (i % 3 == 0) r.sampling.temperature = 0.0;     // greedy
+    if (i == 3) r.sampling.repetition_penalty = 1.3;  // greedy rows are 0 and 3
+    if (i == 4) r.sampling.frequency_penalty = 0.5;
+    if (i == 5) r.sampling.min_new_tokens = 4;
+    if (i == 2 || i == 3) r.sampling.top_logprobs_num = 3;
+    batch.push_back(std::move(r));
+  }
+  std::vector<std::vector<GenerateOutput>> outs;
+  for (int64_t threads : {1, 2}) {
+    auto options = small_engine_options();
+    options.num_threads = threads;
+    outs.push_back(Engine::load(dir_->string(), options)->generate(batch));
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(outs[0][i].output_ids, outs[1][i].output_ids) << "request " << i;
+    EXPECT_EQ(outs[0][i].output_logprobs, outs[1][i].output_logprobs) << "request " << i;
+    EXPECT_EQ(outs[0][i].output_top_logprobs, outs[1][i].output_top_logprobs) << "request " << i;
+  }
+}
+
 // SGLang's decode log line: one every decode_log_interval steps that sampled tokens, naming
 // the running and queued requests, the KV-cache use and the rate; none with interval 0.
 TEST_F(EngineSampling, LogsADecodeLineEveryIntervalSteps) {
