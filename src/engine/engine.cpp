@@ -515,10 +515,14 @@ std::vector<float> Engine::Impl::step_logprobs(const std::vector<std::shared_ptr
         done_row[j] = true;
       }
     }
-    auto idx = at::tensor(rows, at::kLong).to(logits_BV.device());
     std::vector<int64_t> targets;
     for (auto r : rows) targets.push_back(chosen[r]);
-    auto lp = models::logprobs_from_logits(logits_BV.index_select(0, idx),
+    // Every row at one temperature (the usual batch): the logits as they are, not a copy.
+    const bool all_rows = rows.size() == seqs.size();
+    auto logits_RV = all_rows ? logits_BV
+                              : logits_BV.index_select(
+                                    0, at::tensor(rows, at::kLong).to(logits_BV.device()));
+    auto lp = models::logprobs_from_logits(logits_RV,
                                            at::tensor(targets, at::kLong).to(logits_BV.device()),
                                            t == 0.0 ? 1.0 : t)
                   .to(at::kCPU);

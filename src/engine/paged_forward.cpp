@@ -70,6 +70,7 @@ at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
 // and a lone decode takes cached_attention's unpadded path.
 struct DecodeBatch {
   at::Tensor rows_B;  // packed row of each decode token
+  bool every_row = false;  // the decodes are all the packed rows (rows_B = 0..P-1)
   bool in_place = false;
   at::Tensor slots_T;            // in place: every member's slots, concatenated (int64, CPU)
   std::vector<int64_t> cu_lens;  // in place: B + 1 offsets into slots_T
@@ -98,6 +99,7 @@ struct DecodeBatch {
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (member[i]) rows.push_back(cu[i]);
     }
+    every_row = size == cu.back();  // each member has one packed row
     rows_B = upload(at::tensor(rows, at::kLong), device);
     if (in_place) {
       std::vector<at::Tensor> parts;
@@ -128,7 +130,7 @@ struct DecodeBatch {
 
   at::Tensor attend(const at::Tensor& q_PNH, const at::Tensor& k_cache, const at::Tensor& v_cache,
                     models::AttnImpl impl, double scale) const {
-    auto q_BNH = q_PNH.index_select(0, rows_B);
+    auto q_BNH = every_row ? q_PNH : q_PNH.index_select(0, rows_B);
     if (in_place) {
       return kernels::decode_attention(q_BNH, k_cache, v_cache, slots_T, cu_lens, scale);
     }
@@ -199,8 +201,16 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                                const at::Tensor& v_PKH, double scale) {
     auto& k_cache = cache.k(layer);
     auto& v_cache = cache.v(layer);
-    k_cache.index_copy_(0, slots_P, k_PKH);
-    v_cache.index_copy_(0, slots_P, v_PKH);
+    if (kernels::write_cache_rows_supported(k_cache, slots_P, k_PKH) &&
+        kernels::write_cache_rows_supported(v_cache, slots_P, v_PKH)) {
+      kernels::write_cache_rows(k_cache, slots_P, k_PKH);
+      kernels::write_cache_rows(v_cache, slots_P, v_PKH);
+    } else {
+      k_cache.index_copy_(0, slots_P, k_PKH);
+      v_cache.index_copy_(0, slots_P, v_PKH);
+    }
+    // A step of decodes only (the steady state): their rows are every packed row, in order.
+    if (decodes.every_row) return decodes.attend(q_PNH, k_cache, v_cache, impl, scale);
     auto out_PNH = at::empty_like(q_PNH);
     for (size_t i = 0; i < seqs.size(); ++i) {
       if (decodes.member[i]) continue;

@@ -310,4 +310,40 @@ at::Tensor decode_attention(const at::Tensor& q_BNH, const at::Tensor& k_SKH,
   return out;
 }
 
+bool write_cache_rows_supported(const at::Tensor& cache_SKH, const at::Tensor& slots_P,
+                                const at::Tensor& rows_PKH) {
+  return cache_SKH.is_cpu() && rows_PKH.is_cpu() && slots_P.is_cpu() && cache_SKH.dim() == 3 &&
+         rows_PKH.dim() == 3 && cache_SKH.stride(2) == 1 &&
+         rows_PKH.scalar_type() == cache_SKH.scalar_type() &&
+         rows_PKH.size(1) == cache_SKH.size(1) && rows_PKH.size(2) == cache_SKH.size(2) &&
+         slots_P.scalar_type() == at::kLong && slots_P.dim() == 1 &&
+         slots_P.size(0) == rows_PKH.size(0);
+}
+
+void write_cache_rows(const at::Tensor& cache_SKH, const at::Tensor& slots_P,
+                      const at::Tensor& rows_PKH) {
+  FURLONG_ASSERT(write_cache_rows_supported(cache_SKH, slots_P, rows_PKH),
+                 "write_cache_rows: unsupported operands: cache ", cache_SKH.sizes(), " ",
+                 cache_SKH.scalar_type(), ", rows ", rows_PKH.sizes(), " ",
+                 rows_PKH.scalar_type(), ", slots ", slots_P.sizes());
+  const auto slots = slots_P.contiguous();
+  const auto rows = rows_PKH.contiguous();
+  const int64_t P = rows.size(0), K = rows.size(1), H = rows.size(2), S = cache_SKH.size(0);
+  const int64_t* sl = slots.data_ptr<int64_t>();
+  for (int64_t p = 0; p < P; ++p) {
+    FURLONG_CHECK(sl[p] >= 0 && sl[p] < S, "write_cache_rows: slot ", sl[p], " of token ", p,
+                  " is outside the cache's ", S, " slots");
+  }
+  const int64_t elem = cache_SKH.element_size();
+  const int64_t stride_s = cache_SKH.stride(0) * elem, stride_k = cache_SKH.stride(1) * elem;
+  auto* dst = static_cast<char*>(cache_SKH.data_ptr());
+  const auto* src = static_cast<const char*>(rows.data_ptr());
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t k = 0; k < K; ++k) {
+      std::memcpy(dst + sl[p] * stride_s + k * stride_k, src + (p * K + k) * H * elem,
+                  static_cast<size_t>(H * elem));
+    }
+  }
+}
+
 }  // namespace furlong::kernels

@@ -197,5 +197,36 @@ TEST(DecodeAttention, RejectsWhatItCannotCompute) {
                std::exception);  // no cached keys
 }
 
+// write_cache_rows stores a step's rows where index_copy_ does, bit for bit, into a contiguous
+// and a head-major cache, and leaves every other slot alone.
+TEST(WriteCacheRows, EqualsIndexCopyInContiguousAndHeadMajorCaches) {
+  at::manual_seed(21);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    auto slots = at::tensor({5, 0, 17, 9, 30}, at::kLong);
+    auto rows = at::randn({5, 3, 16}).to(dtype);
+    auto plain = at::randn({32, 3, 16}).to(dtype);
+    auto head_major = at::randn({3, 32, 16}).to(dtype).transpose(0, 1);  // [32, 3, 16]
+    for (auto cache : {plain, head_major}) {
+      auto expected = cache.clone().index_copy_(0, slots, rows);
+      ASSERT_TRUE(write_cache_rows_supported(cache, slots, rows));
+      write_cache_rows(cache, slots, rows);
+      EXPECT_TRUE(at::equal(cache, expected)) << dtype;
+    }
+  }
+}
+
+TEST(WriteCacheRows, RejectsWhatItCannotWriteAndABadSlotChangesNothing) {
+  auto cache = at::zeros({8, 2, 16}), rows = at::ones({2, 2, 16});
+  EXPECT_FALSE(write_cache_rows_supported(cache, at::tensor({0, 1}, at::kLong),
+                                          rows.to(at::kBFloat16)));  // mixed dtypes
+  EXPECT_FALSE(write_cache_rows_supported(cache, at::tensor({0, 1}, at::kInt), rows));
+  EXPECT_FALSE(write_cache_rows_supported(cache, at::tensor({0}, at::kLong), rows));
+  EXPECT_FALSE(write_cache_rows_supported(at::zeros({8, 16, 2}).transpose(1, 2),
+                                          at::tensor({0, 1}, at::kLong), rows));
+  EXPECT_THROW(write_cache_rows(cache, at::tensor({3, 8}, at::kLong), rows), std::exception);
+  EXPECT_THROW(write_cache_rows(cache, at::tensor({-1, 3}, at::kLong), rows), std::exception);
+  EXPECT_TRUE(at::equal(cache, at::zeros({8, 2, 16})));  // the valid slot 3 was not written
+}
+
 }  // namespace
 }  // namespace furlong::kernels
