@@ -519,13 +519,13 @@ std::vector<float> Engine::Impl::step_logprobs(const std::vector<std::shared_ptr
     for (auto r : rows) targets.push_back(chosen[r]);
     // Every row at one temperature (the usual batch): the logits as they are, not a copy.
     const bool all_rows = rows.size() == seqs.size();
-    auto logits_RV = all_rows ? logits_BV
-                              : logits_BV.index_select(
-                                    0, at::tensor(rows, at::kLong).to(logits_BV.device()));
-    auto lp = models::logprobs_from_logits(logits_RV,
-                                           at::tensor(targets, at::kLong).to(logits_BV.device()),
-                                           t == 0.0 ? 1.0 : t)
-                  .to(at::kCPU);
+    auto logits_RV =
+        all_rows ? logits_BV
+                 : logits_BV.index_select(0, at::tensor(rows, at::kLong).to(logits_BV.device()));
+    auto lp =
+        models::logprobs_from_logits(
+            logits_RV, at::tensor(targets, at::kLong).to(logits_BV.device()), t == 0.0 ? 1.0 : t)
+            .to(at::kCPU);
     for (size_t k = 0; k < rows.size(); ++k) logprobs[rows[k]] = lp[k].item<float>();
   }
   return logprobs;

@@ -69,7 +69,7 @@ at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
 // gathered into a [B, L_max] table (padded with its own slot 0, masked out) for masked_attention,
 // and a lone decode takes cached_attention's unpadded path.
 struct DecodeBatch {
-  at::Tensor rows_B;  // packed row of each decode token
+  at::Tensor rows_B;       // packed row of each decode token
   bool every_row = false;  // the decodes are all the packed rows (rows_B = 0..P-1)
   bool in_place = false;
   at::Tensor slots_T;            // in place: every member's slots, concatenated (int64, CPU)

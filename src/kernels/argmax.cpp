@@ -27,7 +27,9 @@ FURLONG_INLINE F32x16 load_lanes(const uint16_t* p) {
   std::memcpy(&raw, p, sizeof raw);
   return reinterpret_cast<F32x16>(__builtin_convertvector(raw, U32x16) << 16);  // exact
 }
-FURLONG_INLINE float widen(float x) { return x; }
+FURLONG_INLINE float widen(float x) {
+  return x;
+}
 FURLONG_INLINE float widen(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float x;
@@ -76,8 +78,12 @@ FURLONG_INLINE int64_t argmax_impl(const T* z, int64_t V) {
   return 0;  // unreachable: the maximum (or a NaN) is in the row
 }
 
-FURLONG_KERNEL int64_t argmax_f32(const float* z, int64_t V) { return argmax_impl(z, V); }
-FURLONG_KERNEL int64_t argmax_bf16(const uint16_t* z, int64_t V) { return argmax_impl(z, V); }
+FURLONG_KERNEL int64_t argmax_f32(const float* z, int64_t V) {
+  return argmax_impl(z, V);
+}
+FURLONG_KERNEL int64_t argmax_bf16(const uint16_t* z, int64_t V) {
+  return argmax_impl(z, V);
+}
 
 }  // namespace
 

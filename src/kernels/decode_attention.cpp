@@ -324,8 +324,8 @@ void write_cache_rows(const at::Tensor& cache_SKH, const at::Tensor& slots_P,
                       const at::Tensor& rows_PKH) {
   FURLONG_ASSERT(write_cache_rows_supported(cache_SKH, slots_P, rows_PKH),
                  "write_cache_rows: unsupported operands: cache ", cache_SKH.sizes(), " ",
-                 cache_SKH.scalar_type(), ", rows ", rows_PKH.sizes(), " ",
-                 rows_PKH.scalar_type(), ", slots ", slots_P.sizes());
+                 cache_SKH.scalar_type(), ", rows ", rows_PKH.sizes(), " ", rows_PKH.scalar_type(),
+                 ", slots ", slots_P.sizes());
   const auto slots = slots_P.contiguous();
   const auto rows = rows_PKH.contiguous();
   const int64_t P = rows.size(0), K = rows.size(1), H = rows.size(2), S = cache_SKH.size(0);
