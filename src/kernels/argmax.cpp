@@ -7,26 +7,16 @@
 
 #include "core/error.h"
 #include "kernels/target_clones.h"
+#include "kernels/vec_lanes.h"
 
 namespace furlong::kernels {
 namespace {
 
-using F32x16 = float __attribute__((vector_size(64)));
-using I32x16 = int32_t __attribute__((vector_size(64)));
-using U16x16 = uint16_t __attribute__((vector_size(32)));
-using U32x16 = uint32_t __attribute__((vector_size(64)));
+using lanes::F32x16;
+using lanes::I32x16;
+using lanes::load_lanes;
 constexpr int64_t kLanes = 16;
 
-FURLONG_INLINE F32x16 load_lanes(const float* p) {
-  F32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-FURLONG_INLINE F32x16 load_lanes(const uint16_t* p) {
-  U16x16 raw;
-  std::memcpy(&raw, p, sizeof raw);
-  return reinterpret_cast<F32x16>(__builtin_convertvector(raw, U32x16) << 16);  // exact
-}
 FURLONG_INLINE float widen(float x) {
   return x;
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/target_clones.h"
+#include "kernels/vec_lanes.h"
 #include "kernels/vec_math.h"
 
 namespace furlong::kernels {
@@ -82,6 +83,23 @@ FURLONG_INLINE void store_outputs(const Operands<T>& o, int64_t b, int64_t g, co
   }
 }
 
+// The scratch of sequence b, KV head g in `work`: its G query rows widened to fp32 ([G, H]),
+// then G output accumulators ([G, H]) and G rows of L scores ([G, L]).
+struct HeadWork {
+  float* q;
+  float* acc;
+  float* p;
+};
+template <class T>
+FURLONG_INLINE HeadWork head_work(const Operands<T>& o, int64_t b, int64_t g, int64_t H, int64_t L,
+                                  std::vector<float>& work) {
+  const int64_t G = o.N / o.K;
+  work.resize(static_cast<size_t>(2 * G * H + G * L));
+  float* q = work.data();
+  for (int64_t i = 0; i < G * H; ++i) q[i] = widen(o.q[(b * o.N + g * G) * H + i]);
+  return {q, q + G * H, q + 2 * G * H};
+}
+
 // Sequence b, KV head g: the G query heads n = g * G .. g * G + G - 1. `work` holds G rows of
 // H (queries, then outputs) and G rows of L scores.
 template <class T>
@@ -89,11 +107,7 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
                                std::vector<float>& work) {
   const int64_t G = o.N / o.K, H = o.H;
   const int64_t begin = o.cu_lens[b], L = o.cu_lens[b + 1] - begin;
-  work.resize(static_cast<size_t>(2 * G * H + G * L));
-  float* q = work.data();  // [G, H] fp32
-  float* acc = q + G * H;  // [G, H]
-  float* p = acc + G * H;  // [G, L]
-  for (int64_t i = 0; i < G * H; ++i) q[i] = widen(o.q[(b * o.N + g * G) * H + i]);
+  auto [q, acc, p] = head_work(o, b, g, H, L, work);
   for (int64_t l = 0; l < L; ++l) {
     const T* key = o.k + o.slots[begin + l] * o.slot_stride + g * o.head_stride;
     for (int64_t j = 0; j < G; ++j) {
@@ -127,36 +141,12 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
 // are prefetched: a layer's cache is read from memory, and its rows of one sequence are only
 // adjacent within a block (the engine's head-major cache) or not at all (a contiguous one).
 
-using F32x16 = float __attribute__((vector_size(64)));
-using F32x8 = float __attribute__((vector_size(32)));
-using F32x4 = float __attribute__((vector_size(16)));
-using U16x16 = uint16_t __attribute__((vector_size(32)));
-using U32x16 = uint32_t __attribute__((vector_size(64)));
+using lanes::F32x16;
+using lanes::lane_sum;
+using lanes::load_lanes;
+using lanes::store_lanes;
 
 constexpr int64_t kPrefetchAhead = 12;  // keys
-
-FURLONG_INLINE F32x16 load_lanes(const float* p) {
-  F32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-FURLONG_INLINE F32x16 load_lanes(const uint16_t* p) {
-  U16x16 raw;
-  std::memcpy(&raw, p, sizeof raw);
-  return reinterpret_cast<F32x16>(__builtin_convertvector(raw, U32x16) << 16);  // exact
-}
-FURLONG_INLINE void store_lanes(float* p, F32x16 v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-// The sum of the 16 lanes, in a fixed order: halves, quarters, then pairs.
-FURLONG_INLINE float lane_sum(F32x16 v) {
-  const F32x8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const F32x4 q =
-      __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (q[0] + q[2]) + (q[1] + q[3]);
-}
 
 template <class T>
 FURLONG_INLINE void prefetch_row(const T* row, int64_t H) {
@@ -171,11 +161,7 @@ FURLONG_INLINE void attend_one_lanes(const Operands<T>& o, int64_t b, int64_t g,
   constexpr int64_t H = 16 * C;
   const int64_t G = o.N / o.K;
   const int64_t begin = o.cu_lens[b], L = o.cu_lens[b + 1] - begin;
-  work.resize(static_cast<size_t>(2 * G * H + G * L));
-  float* q = work.data();  // [G, H] fp32
-  float* acc = q + G * H;  // [G, H]
-  float* p = acc + G * H;  // [G, L]
-  for (int64_t i = 0; i < G * H; ++i) q[i] = widen(o.q[(b * o.N + g * G) * H + i]);
+  auto [q, acc, p] = head_work(o, b, g, H, L, work);
   auto row = [&](const T* base, int64_t l) {
     return base + o.slots[begin + l] * o.slot_stride + g * o.head_stride;
   };
