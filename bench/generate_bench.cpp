@@ -37,6 +37,7 @@ struct BenchOptions {
   int64_t n_samples = 1;        // requests per distinct prompt (GRPO's n)
   bool prefix_sharing = true;   // the engine's default
   std::string device = "cpu";
+  std::string prepack_weights = "auto";  // the engine's default
 };
 
 struct RunResult {
@@ -99,6 +100,7 @@ int run(const std::vector<std::string>& args) {
   flags.add("prefix-sharing", &o.prefix_sharing,
             "engine option prefix_sharing (same-prompt requests share one prefill)");
   flags.add("device", &o.device, "engine option device: cpu or cuda[:i]");
+  flags.add("prepack-weights", &o.prepack_weights, "engine option prepack_weights: auto, on, off");
   if (!flags.parse(args)) return 0;
   FURLONG_CHECK(o.n_samples >= 1, "--n-samples must be >= 1");
   FURLONG_CHECK(o.runs >= 1, "--runs must be >= 1");
@@ -108,6 +110,7 @@ int run(const std::vector<std::string>& args) {
   eo.num_threads = o.threads;
   eo.exact_logprobs = o.exact_logprobs;
   eo.prefix_sharing = o.prefix_sharing;
+  eo.prepack_weights = o.prepack_weights;
   eo.max_total_tokens = std::max<int64_t>(65536, o.batch * (o.prompt_len + o.max_new_tokens));
   auto eng = engine::Engine::load(o.hf_checkpoint, eo);
   const int64_t vocab = eng->model().config().vocab_size;
@@ -140,6 +143,8 @@ int run(const std::vector<std::string>& args) {
               {"exact_logprobs", o.exact_logprobs},
               {"n_samples", o.n_samples},
               {"prefix_sharing", o.prefix_sharing},
+              {"prepack_weights", o.prepack_weights},
+              {"packed_weight_bytes", eng->model_info()["packed_weight_bytes"]},
               {"prefill_tokens", o.batch * o.prompt_len - shared},
               {"prefill_tokens_saved", shared},
               {"seconds", r.seconds},

@@ -98,7 +98,8 @@ KvBudget Engine::Impl::plan_cache_memory() {
   for (const auto& unit : model->weights()) {
     for (const auto& w : unit) in.weight_bytes += static_cast<int64_t>(w.nbytes());
   }
-  if (options.test_memory_bytes > 0) {  // as if the device had this much, all free at start
+  in.weight_bytes += packed_weights.bytes();  // the packed copies are weights too
+  if (options.test_memory_bytes > 0) {        // as if the device had this much, all free at start
     in.memory = {options.test_memory_bytes,
                  std::max<int64_t>(options.test_memory_bytes - in.weight_bytes, 0)};
   } else {
@@ -147,6 +148,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
                 "engine: max_running_requests must be positive, got ",
                 options.max_running_requests);
   FURLONG_CHECK(options.max_prefill_tokens > 0, "engine: max_prefill_tokens must be positive");
+  FURLONG_CHECK(options.prepack_weights == "auto" || options.prepack_weights == "on" ||
+                    options.prepack_weights == "off",
+                "engine: --prepack-weights must be auto, on or off, got '", options.prepack_weights,
+                "'");
   FURLONG_CHECK(options.num_threads >= 0 && options.num_threads <= kMaxThreads,
                 "engine: num_threads must be in [0, ", kMaxThreads, "], got ", options.num_threads);
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
@@ -195,11 +200,71 @@ void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
                 cfg.architecture, " from ", hf_dir, " has no routed experts");
   context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
+  FURLONG_CHECK(
+      options.prepack_weights != "on" || !device.is_cpu() || kernels::packed_linear_available(),
+      "engine: --prepack-weights on needs oneDNN's prepacking ops "
+      "(mkldnn::_reorder_linear_weight), which this libtorch lacks or has disabled; "
+      "use auto or off");
+  pack_weights = choose_packing();
+  pack_all_weights();
   cache_budget = plan_cache_memory();
   cache = std::make_unique<KvCache>(cfg.num_hidden_layers, cache_budget.num_blocks,
                                     options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
                                     at::TensorOptions().dtype(dtype).device(device),
                                     options.record_routed_experts ? cfg.moe.experts_per_token : 0);
+}
+
+// The GEMM weights of the engine's steps that packing would copy: every layer's and the head's
+// (an untied embedding is only looked up, never multiplied).
+std::vector<at::Tensor> Engine::Impl::packable_weights() const {
+  const auto& w = model->weights();
+  std::vector<at::Tensor> out;
+  for (size_t u = 0; u < w.size(); ++u) {
+    if (u == models::CausalLM::kEmbedUnit) continue;
+    for (const auto& t : w[u]) {
+      if (kernels::packed_linear_wants(t)) out.push_back(t);
+    }
+  }
+  // A tied head is the embedding's tensor; an untied one is in the final unit, above.
+  const auto& head = model->head_weight(w[models::CausalLM::kEmbedUnit], w[model->final_unit()]);
+  if (model->config().tie_word_embeddings && kernels::packed_linear_wants(head)) {
+    out.push_back(head);
+  }
+  return out;
+}
+
+// --prepack-weights: "on" packs where oneDNN is present; "auto" where it pays off (bf16 on AMX)
+// and the weights with their packed copies take at most half of the memory that
+// --mem-fraction-static gives weights and KV cache together, so the cache keeps the other half.
+bool Engine::Impl::choose_packing() const {
+  if (options.prepack_weights == "off" || !device.is_cpu()) return false;
+  if (options.prepack_weights == "on") return true;
+  if (!kernels::packed_linear_pays_off(dtype, device)) return false;
+  int64_t weight_bytes = 0, packed_bytes = 0;
+  for (const auto& unit : model->weights()) {
+    for (const auto& w : unit) weight_bytes += static_cast<int64_t>(w.nbytes());
+  }
+  for (const auto& w : packable_weights()) packed_bytes += static_cast<int64_t>(w.nbytes());
+  const double total =
+      static_cast<double>(options.test_memory_bytes > 0 ? options.test_memory_bytes
+                                                        : device_memory(device).total_bytes);
+  const double fraction = options.mem_fraction_static > 0 ? options.mem_fraction_static
+                                                          : default_mem_fraction_static(false);
+  if (static_cast<double>(weight_bytes + packed_bytes) <= 0.5 * fraction * total) return true;
+  LOG_INFO("engine: weights not prepacked (--prepack-weights auto): their packed copies (",
+           format_gb(packed_bytes), ") would leave the KV cache less than half of the ",
+           format_gb(static_cast<int64_t>(fraction * total)),
+           " --mem-fraction-static gives; "
+           "--prepack-weights on packs anyway");
+  return false;
+}
+
+void Engine::Impl::pack_all_weights() {
+  packed_weights.clear();
+  if (!pack_weights) return;
+  for (const auto& w : packable_weights()) packed_weights.pack(w);
+  LOG_INFO("engine: ", packed_weights.count(), " weights also kept in oneDNN's GEMM layout (",
+           format_gb(packed_weights.bytes()), "; --prepack-weights ", options.prepack_weights, ")");
 }
 
 Engine::~Engine() {
@@ -241,6 +306,7 @@ Json Engine::model_info() const {
               {"kv_block_size", impl_->options.kv_block_size},
               {"max_total_tokens", impl_->cache->capacity_tokens()},
               {"kv_cache_bytes", impl_->cache_bytes},
+              {"packed_weight_bytes", impl_->packed_weights.bytes()},
               {"record_routed_experts", impl_->options.record_routed_experts},
               {"num_experts_per_tok", cfg.moe.experts_per_token},
               {"mem_fraction_static", impl_->mem_fraction_static},
@@ -427,8 +493,8 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
     rngs_before.push_back(s->rng);
   }
   try {
-    auto hidden_BD = paged_forward(*model, *cache, steps, forward);
-    auto logits_BV = lm_head_logits(*model, hidden_BD);
+    auto hidden_BD = paged_forward(*model, *cache, steps, forward, &packed_weights);
+    auto logits_BV = lm_head_logits(*model, hidden_BD, &packed_weights);
     std::vector<at::Tensor> penalized_V(seqs.size());
     auto chosen = choose_tokens(seqs, logits_BV, penalized_V);
     auto logprobs = step_logprobs(seqs, logits_BV, chosen);

@@ -41,6 +41,17 @@ void Engine::Impl::copy_weights(const std::vector<std::pair<std::string, at::Ten
     if (!w.defined()) w = at::empty(units[u].params[i].shape, options);
     w.copy_(t);
   }
+  // A packed copy of a written weight would be stale: pack the written ones again (only those
+  // pack_all_weights packs: an untied embedding is not).
+  if (pack_weights) {
+    const auto& head =
+        model->head_weight(weights[models::CausalLM::kEmbedUnit], weights[model->final_unit()]);
+    for (const auto& [name, t] : named) {
+      auto [u, i] = model->locate(name);
+      const auto& w = weights[u][i];
+      if (u != models::CausalLM::kEmbedUnit || w.is_same(head)) packed_weights.pack(w);
+    }
+  }
   if (weights_released) {
     bool all = true;
     for (const auto& unit : weights) {
@@ -208,6 +219,7 @@ void Engine::release_memory(bool include_weights) {
     }
     if (!impl_->cache->released()) impl_->cache->release();
     if (include_weights) {
+      impl_->packed_weights.clear();
       for (auto& unit : impl_->model->weights()) {
         for (auto& w : unit) w = at::Tensor();
       }

@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
+#include "kernels/packed_linear.h"
 #include "models/causal_lm.h"
 #include "models/hf_model.h"
 #include "tokenizer/tokenizer.h"
@@ -64,6 +65,12 @@ struct Engine::Impl {
   c10::Device device = c10::kCPU;
   c10::ScalarType dtype = at::kFloat;
   models::ForwardOptions forward;
+  // options.prepack_weights resolved at load; then every weight write packs again (copy_weights).
+  bool pack_weights = false;
+  kernels::PackedWeights packed_weights;
+  std::vector<at::Tensor> packable_weights() const;  // (engine.cpp)
+  bool choose_packing() const;
+  void pack_all_weights();
   int64_t context_length = 0;
   std::unique_ptr<KvCache> cache;
   int64_t cache_bytes = 0;         // of the K/V pools (model_info)

@@ -249,7 +249,7 @@ void Engine::Impl::prefill_chunks(
     steps.push_back({s->tokens.data() + s->num_cached, take, s->num_cached, s->slots});
   }
   try {
-    paged_forward(*model, *cache, steps, forward);
+    paged_forward(*model, *cache, steps, forward, &packed_weights);
   } catch (const std::exception& e) {
     if (chunks.size() == 1) return fail_with_followers(*chunks[0].first, e.what());
     for (const auto& c : chunks) prefill_chunks({c});

@@ -160,7 +160,8 @@ void store_routing(const models::CausalLM& model, KvCache& cache, const models::
 
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                          const std::vector<StepSequence>& seqs,
-                         const models::ForwardOptions& options) {
+                         const models::ForwardOptions& options,
+                         const kernels::PackedWeights* packed) {
   FURLONG_ASSERT(!seqs.empty(), "paged_forward: no sequences");
   const auto& weights = model.weights();
   // Packed tokens, positions, document boundaries and the cache slots of the new tokens.
@@ -185,7 +186,9 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
 
   auto x_PD = model.embed(weights[models::CausalLM::kEmbedUnit], batch.tokens_P);
   auto ctx = model.make_context(batch, x_PD.scalar_type(), options);
-  ctx.linear_override = kernels::inference_linear;
+  ctx.linear_override = [packed](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return kernels::inference_linear(x, w, b, packed);
+  };
   ctx.grouped_linear_override = kernels::grouped_inference_linear;
   if (cache.records_routing()) {
     ctx.moe = std::make_shared<models::MoeTrace>();
@@ -243,12 +246,14 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
   return model.final_norm(weights[model.final_unit()], x_PD.index_select(0, rows), ctx);
 }
 
-at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD) {
+at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD,
+                          const kernels::PackedWeights* packed) {
   const auto& w = model.weights();
   // The same values as the model's lm_head up to summation order (a few ulps; bound in
   // kernels/skinny_linear.h): exact log-probs come from the trainer's scoring path.
   return kernels::inference_linear(
-      hidden_BD, model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]), {});
+      hidden_BD, model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]), {},
+      packed);
 }
 
 }  // namespace furlong::engine

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "kernels/packed_linear.h"
 #include "models/causal_lm.h"
 
 namespace furlong::engine {
@@ -28,11 +29,15 @@ struct StepSequence {
 // copies from pinned memory, so a decode step queues its kernels without waiting for the GPU. When
 // the cache records routing, the new tokens' expert ids (-1 in dense layers) go into its routing
 // pool at the same slots.
+// `packed` (may be null): the model's weights in oneDNN's layout, for the GEMMs
+// kernels::inference_linear would leave to at::linear (kernels/packed_linear.h).
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                          const std::vector<StepSequence>& seqs,
-                         const models::ForwardOptions& options);
+                         const models::ForwardOptions& options,
+                         const kernels::PackedWeights* packed = nullptr);
 
 // Logits [B, V] (model dtype) of final hidden states, as the model's lm_head computes them.
-at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD);
+at::Tensor lm_head_logits(const models::CausalLM& model, const at::Tensor& hidden_BD,
+                          const kernels::PackedWeights* packed = nullptr);
 
 }  // namespace furlong::engine
