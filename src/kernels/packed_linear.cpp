@@ -49,9 +49,10 @@ bool packed_linear_available() {
 }
 
 bool packed_linear_wants(const at::Tensor& w_FD) {
-  return w_FD.defined() && w_FD.dim() == 2 && w_FD.is_cpu() && w_FD.is_contiguous() &&
-         w_FD.scalar_type() == at::kBFloat16 && w_FD.numel() >= kMinPackedElements &&
-         !w_FD.is_mkldnn();
+  // An opaque (already packed) tensor first: it has no strides to ask about.
+  return w_FD.defined() && !w_FD.is_mkldnn() && w_FD.dim() == 2 && w_FD.is_cpu() &&
+         w_FD.is_contiguous() && w_FD.scalar_type() == at::kBFloat16 &&
+         w_FD.numel() >= kMinPackedElements;
 }
 
 at::Tensor pack_linear_weight(const at::Tensor& w_FD) {

@@ -55,6 +55,7 @@ TEST(PackedLinear, RejectsWhatItCannotPack) {
   EXPECT_TRUE(packed_linear_wants(at::randn({1024, 1024}).to(at::kBFloat16)));
   EXPECT_THROW(pack_linear_weight(at::randn({1024, 1024})), std::exception);
   auto packed = pack_linear_weight(at::randn({1024, 1024}).to(at::kBFloat16));
+  EXPECT_FALSE(packed_linear_wants(packed));                                      // packed already
   EXPECT_THROW(packed_linear(at::randn({4, 1024}), packed, {}), std::exception);  // fp32 input
   EXPECT_THROW(packed_linear(at::randn({4, 512}).to(at::kBFloat16), packed, {}), std::exception);
 }
