@@ -127,7 +127,7 @@ struct EngineOptions {
   bool fused_kernels = true;
   // bf16 weights of 1M elements and more also kept in oneDNN's GEMM layout, for the GEMMs of 8
   // rows and more (kernels/packed_linear.h): "auto" = on a CPU whose oneDNN runs bf16 on AMX
-  // tiles (1.3-1.6x faster GEMMs at 8-128 rows), while the weights and their copies take at most
+  // tiles (1.26-1.58x faster GEMMs at 8..128 rows), while the weights and their copies take at most
   // half of what mem_fraction_static gives weights and cache; "on" = wherever oneDNN is present;
   // "off". Costs a second copy of those weights' bytes (counted before the KV cache is sized)
   // and a repack of every weight an update writes.

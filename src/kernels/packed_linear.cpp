@@ -68,21 +68,29 @@ at::Tensor pack_linear_weight(const at::Tensor& w_FD) {
   return stack.back().toTensor();
 }
 
-at::Tensor packed_linear(const at::Tensor& x_MD, const at::Tensor& packed_FD,
-                         const at::Tensor& b_F) {
-  FURLONG_CHECK(x_MD.dim() == 2 && x_MD.is_cpu() && x_MD.scalar_type() == at::kBFloat16 &&
-                    x_MD.size(1) == packed_FD.size(1),
-                "packed_linear: expected bf16 CPU input [M, ", packed_FD.size(1), "], got ",
-                x_MD.sizes(), " ", x_MD.scalar_type());
+bool onednn_linear_available() {
+  return linear_op() != nullptr && at::globalContext().userEnabledMkldnn();
+}
+
+at::Tensor onednn_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F) {
   torch::jit::Stack stack;
-  stack.emplace_back(x_MD.contiguous());
-  stack.emplace_back(packed_FD);
+  stack.emplace_back(x_MD);
+  stack.emplace_back(w_FD);
   stack.emplace_back(b_F.defined() ? c10::IValue(b_F) : c10::IValue());
   stack.emplace_back(std::string("none"));
   stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
   stack.emplace_back(std::string(""));
   linear_op()->callBoxed(&stack);
   return stack.back().toTensor();
+}
+
+at::Tensor packed_linear(const at::Tensor& x_MD, const at::Tensor& packed_FD,
+                         const at::Tensor& b_F) {
+  FURLONG_CHECK(x_MD.dim() == 2 && x_MD.is_cpu() && x_MD.scalar_type() == at::kBFloat16 &&
+                    x_MD.size(1) == packed_FD.size(1),
+                "packed_linear: expected bf16 CPU input [M, ", packed_FD.size(1), "], got ",
+                x_MD.sizes(), " ", x_MD.scalar_type());
+  return onednn_linear(x_MD.contiguous(), packed_FD, b_F);
 }
 
 void PackedWeights::pack(const at::Tensor& w_FD) {

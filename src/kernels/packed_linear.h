@@ -6,8 +6,8 @@
 // the outputs equal at::linear's up to the summation order oneDNN picks for each layout.
 //
 // Measured on a 2-core Xeon (Emerald Rapids, AMX), 2 threads, the 196 dense weights of
-// Qwen3-0.6B in bf16 per pass (1.19 GB, out of cache): at 48-64 rows 1.3-2x faster than
-// at::linear, at 8 rows 1.1-1.6x (bench/kernel figures in docs/engine.md).
+// Qwen3-0.6B in bf16 per pass (1.19 GB, out of cache): 1.26-1.58x faster than at::linear at
+// 8..128 rows (PackedLinear.DISABLED_ReportThroughput).
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once
@@ -29,6 +29,12 @@ bool packed_linear_wants(const at::Tensor& w_FD);
 
 // The weight in oneDNN's layout (an opaque mkldnn tensor of the same shape and dtype).
 at::Tensor pack_linear_weight(const at::Tensor& w_FD);
+
+// oneDNN's linear (mkldnn::_linear_pointwise) through the dispatcher, boxed so that no C++
+// signature ties it to one libtorch version: w_FD plain (oneDNN reorders it per call) or packed.
+// inference_linear uses it for fp32 weights. Available: the op exists and oneDNN is enabled.
+bool onednn_linear_available();
+at::Tensor onednn_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F);
 
 // y = x W^T (+ b) against a packed weight: x_MD a 2-D bf16 CPU tensor, b_F undefined or [F].
 at::Tensor packed_linear(const at::Tensor& x_MD, const at::Tensor& packed_FD,

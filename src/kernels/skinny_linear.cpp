@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
 #include <c10/core/GradMode.h>
 
 #include <cstring>
@@ -17,6 +15,7 @@
 #include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
 #include "kernels/group_tiles.h"
+#include "kernels/packed_linear.h"
 #include "kernels/target_clones.h"
 #include "kernels/vec_math.h"
 
@@ -216,30 +215,6 @@ at::Tensor grouped_skinny_linear(const at::Tensor& x_AD, const std::vector<at::T
 }  // namespace furlong::kernels
 
 namespace furlong::kernels {
-namespace {
-
-// oneDNN's fp32 linear through the dispatcher (boxed, so no C++ signature is tied to one
-// libtorch version); null when this build has no mkldnn ops.
-const c10::OperatorHandle* onednn_linear_op() {
-  static const std::optional<c10::OperatorHandle> op =
-      c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
-  return op ? &*op : nullptr;
-}
-
-at::Tensor onednn_linear(const c10::OperatorHandle& op, const at::Tensor& x_MD,
-                         const at::Tensor& w_FD, const at::Tensor& b_F) {
-  torch::jit::Stack stack;
-  stack.emplace_back(x_MD);
-  stack.emplace_back(w_FD);
-  stack.emplace_back(b_F.defined() ? c10::IValue(b_F) : c10::IValue());
-  stack.emplace_back(std::string("none"));
-  stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
-  stack.emplace_back(std::string(""));
-  op.callBoxed(&stack);
-  return stack.back().toTensor();
-}
-
-}  // namespace
 
 namespace {
 
@@ -343,12 +318,10 @@ at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, cons
     auto y_MF = at::mm(w_FD, x_MD.t()).t().contiguous();
     return b_F.defined() ? y_MF.add_(b_F) : y_MF;
   }
-  const c10::OperatorHandle* op = nullptr;
-  if (at::globalContext().userEnabledMkldnn() && !at::GradMode::is_enabled()) {
-    op = onednn_linear_op();
+  if (!onednn_linear_available() || at::GradMode::is_enabled()) {
+    return at::linear(x_MD, w_FD, b_F);
   }
-  if (op == nullptr) return at::linear(x_MD, w_FD, b_F);
-  return onednn_linear(*op, x_MD.contiguous(), w_FD.contiguous(), b_F);
+  return onednn_linear(x_MD.contiguous(), w_FD.contiguous(), b_F);
 }
 
 at::Tensor grouped_inference_linear(const at::Tensor& x_AD, const std::vector<at::Tensor>& w_G_FD,
