@@ -133,7 +133,7 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
   store_outputs(o, b, g, acc, total);
 }
 
-// ---- The vector path: head dims of 64, 128 or 256 (C = H / 16 chunks of 16 lanes) ----
+// ---- The fp32 vector path: head dims of 64, 128 or 256 (C = H / 16 chunks of 16 lanes) ----
 // GCC vector types, so each target clone compiles them to its own registers (AVX-512: one zmm
 // per chunk; AVX2: two ymm). Per key, the key row is loaded once for the G query heads that
 // share it; each score is two interleaved chunk accumulators and a fixed lane-sum tree. The value
@@ -144,6 +144,7 @@ FURLONG_INLINE void attend_one(const Operands<T>& o, int64_t b, int64_t g,
 using lanes::F32x16;
 using lanes::lane_sum;
 using lanes::load_lanes;
+using lanes::load_pairs;
 using lanes::store_lanes;
 
 constexpr int64_t kPrefetchAhead = 12;  // keys
@@ -206,19 +207,117 @@ FURLONG_INLINE void attend_one_lanes(const Operands<T>& o, int64_t b, int64_t g,
   store_outputs(o, b, g, acc, total);
 }
 
-// One (sequence, KV head): the vector path where the head dim allows it, else the plain loops.
+// ---- bf16 rows as pairs of vectors: head dims of 64, 128 or 256 (P = H / 32) ----
+// lanes::load_pairs reads 32 bf16 values as their even and their odd elements, with one load,
+// a shift and a mask, where load_lanes widens 16 with two zero-extensions and an insert. The
+// queries are widened into the same order once, so each score is the same H products summed in
+// another order (an even and an odd chain, then the fixed lane sum: within the same bound), and
+// each output element is still the in-order sum over l of w_l v_lh, put back in element order
+// at the end. Against attend_one_lanes on bf16 (Qwen3-0.6B heads, B = 64, 2 threads): 1.5x
+// faster with the rows in cache, 10-20% with them in memory (L = 96..512).
+
+// Writes the P even/odd vector pairs of one row back in element order: out[32c + 2i] = even[c][i],
+// out[32c + 2i + 1] = odd[c][i].
+template <int P>
+FURLONG_INLINE void store_unpaired(float* out, const F32x16 (&even)[P], const F32x16 (&odd)[P]) {
+  for (int c = 0; c < P; ++c) {
+    store_lanes(out + 32 * c, __builtin_shufflevector(even[c], odd[c], 0, 16, 1, 17, 2, 18, 3, 19,
+                                                      4, 20, 5, 21, 6, 22, 7, 23));
+    store_lanes(out + 32 * c + 16, __builtin_shufflevector(even[c], odd[c], 8, 24, 9, 25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
+  }
+}
+
+template <int P>
+FURLONG_INLINE void attend_one_pairs(const Operands<uint16_t>& o, int64_t b, int64_t g,
+                                     std::vector<float>& work) {
+  constexpr int64_t H = 32 * P;
+  const int64_t G = o.N / o.K;
+  const int64_t begin = o.cu_lens[b], L = o.cu_lens[b + 1] - begin;
+  work.resize(static_cast<size_t>(2 * G * H + G * L));
+  float* q = work.data();  // [G, H]: each 32 elements as (even, odd)
+  float* acc = q + G * H;  // [G, H] in element order
+  float* p = acc + G * H;  // [G, L]
+  const uint16_t* q_rows = o.q + (b * o.N + g * G) * H;
+  for (int64_t i = 0; i < G * H; i += 32) {
+    F32x16 even, odd;
+    load_pairs(q_rows + i, even, odd);
+    store_lanes(q + i, even);
+    store_lanes(q + i + 16, odd);
+  }
+  const int64_t* slots = o.slots + begin;
+  const uint16_t* k_head = o.k + g * o.head_stride;
+  const uint16_t* v_head = o.v + g * o.head_stride;
+  for (int64_t l = 0; l < L; ++l) {
+    if (l + kPrefetchAhead < L) prefetch_row(k_head + slots[l + kPrefetchAhead] * o.slot_stride, H);
+    const uint16_t* key = k_head + slots[l] * o.slot_stride;
+    F32x16 k_even[P], k_odd[P];
+    for (int c = 0; c < P; ++c) load_pairs(key + 32 * c, k_even[c], k_odd[c]);
+    for (int64_t j = 0; j < G; ++j) {
+      const float* qj = q + j * H;
+      F32x16 even = load_lanes(qj) * k_even[0], odd = load_lanes(qj + 16) * k_odd[0];
+      for (int c = 1; c < P; ++c) {
+        even += load_lanes(qj + 32 * c) * k_even[c];
+        odd += load_lanes(qj + 32 * c + 16) * k_odd[c];
+      }
+      p[j * L + l] = lane_sum(even + odd) * o.scale;
+    }
+  }
+  float total[64];  // G <= 64 (checked by the caller)
+  softmax_rows(p, G, L, total);
+  // Two query heads at a time, their sums in registers (a lone last head pairs with zeros).
+  for (int64_t j0 = 0; j0 < G; j0 += 2) {
+    const bool pair = j0 + 1 < G;
+    F32x16 even0[P], odd0[P], even1[P], odd1[P];
+    for (int c = 0; c < P; ++c) even0[c] = odd0[c] = even1[c] = odd1[c] = F32x16{};
+    for (int64_t l = 0; l < L; ++l) {
+      if (j0 == 0 && l + kPrefetchAhead < L)
+        prefetch_row(v_head + slots[l + kPrefetchAhead] * o.slot_stride, H);
+      const uint16_t* value = v_head + slots[l] * o.slot_stride;
+      const float w0 = weight_for_values<uint16_t>(p[j0 * L + l]);
+      const float w1 = pair ? weight_for_values<uint16_t>(p[(j0 + 1) * L + l]) : 0.0f;
+      for (int c = 0; c < P; ++c) {
+        F32x16 v_even, v_odd;
+        load_pairs(value + 32 * c, v_even, v_odd);
+        even0[c] += w0 * v_even;
+        odd0[c] += w0 * v_odd;
+        even1[c] += w1 * v_even;
+        odd1[c] += w1 * v_odd;
+      }
+    }
+    store_unpaired<P>(acc + j0 * H, even0, odd0);
+    if (pair) store_unpaired<P>(acc + (j0 + 1) * H, even1, odd1);
+  }
+  store_outputs(o, b, g, acc, total);
+}
+
+// One (sequence, KV head): the vector path where the head dim allows it (bf16 as pairs), else
+// the plain loops.
 template <class T>
 FURLONG_INLINE void attend_any(const Operands<T>& o, int64_t b, int64_t g,
                                std::vector<float>& work) {
-  switch (o.H) {
-    case 64:
-      return attend_one_lanes<4>(o, b, g, work);
-    case 128:
-      return attend_one_lanes<8>(o, b, g, work);
-    case 256:
-      return attend_one_lanes<16>(o, b, g, work);
-    default:
-      return attend_one(o, b, g, work);
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    switch (o.H) {
+      case 64:
+        return attend_one_pairs<2>(o, b, g, work);
+      case 128:
+        return attend_one_pairs<4>(o, b, g, work);
+      case 256:
+        return attend_one_pairs<8>(o, b, g, work);
+      default:
+        return attend_one(o, b, g, work);
+    }
+  } else {
+    switch (o.H) {
+      case 64:
+        return attend_one_lanes<4>(o, b, g, work);
+      case 128:
+        return attend_one_lanes<8>(o, b, g, work);
+      case 256:
+        return attend_one_lanes<16>(o, b, g, work);
+      default:
+        return attend_one(o, b, g, work);
+    }
   }
 }
 

@@ -28,6 +28,16 @@ FURLONG_INLINE F32x16 load_lanes(const uint16_t* p) {
   std::memcpy(&raw, p, sizeof raw);
   return reinterpret_cast<F32x16>(__builtin_convertvector(raw, U32x16) << 16);
 }
+// 32 bf16 values (their bits) as two vectors, widened exactly: `even` holds elements 0, 2, .., 30
+// and `odd` elements 1, 3, .., 31. One load, a shift and a mask, where load_lanes widens 16
+// values with a zero-extension per half: kernels that may permute the elements of a dot product
+// or a running sum (decode attention) read bf16 rows this way.
+FURLONG_INLINE void load_pairs(const uint16_t* p, F32x16& even, F32x16& odd) {
+  U32x16 raw;
+  std::memcpy(&raw, p, sizeof raw);
+  even = reinterpret_cast<F32x16>(raw << 16);
+  odd = reinterpret_cast<F32x16>(raw & 0xFFFF0000u);
+}
 FURLONG_INLINE void store_lanes(float* p, F32x16 v) {
   std::memcpy(p, &v, sizeof v);
 }

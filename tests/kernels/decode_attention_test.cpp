@@ -86,10 +86,14 @@ TEST(DecodeAttention, MatchesFloat64WithinTheDerivedBound) {
   at::manual_seed(7);
   const double scale = 1.0 / std::sqrt(128.0);
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    // Qwen3-0.6B's heads (16 q / 8 kv, H = 128), MHA, and many query heads per KV head; lengths
-    // from 1 (the first decode after a 0-token prompt) to a few hundred.
-    for (auto [N, K, H] :
-         {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128}, {4, 4, 64}, {12, 1, 40}}) {
+    // Qwen3-0.6B's heads (16 q / 8 kv, H = 128), MHA, an odd number of query heads per KV head
+    // and H = 256 on the vector paths, and many query heads per KV head off them (H = 40);
+    // lengths from 1 (the first decode after a 0-token prompt) to a few hundred.
+    for (auto [N, K, H] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 128},
+                           {4, 4, 64},
+                           {6, 2, 64},
+                           {4, 2, 256},
+                           {12, 1, 40}}) {
       auto c = make_case({1, 5, 33, 300}, N, K, H, dtype);
       ASSERT_TRUE(decode_attention_supported(N, c.k_SKH, c.v_SKH));
       auto out = decode_attention(c.q_BNH, c.k_SKH, c.v_SKH, c.slots, c.cu, scale);
