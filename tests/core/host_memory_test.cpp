@@ -2,6 +2,7 @@
 // settings and the opt-out win.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,35 +46,63 @@ TEST(HostMemory, TurnsOnHugePagesAndFixesTheMmapThresholdByDefault) {
   ScopedEnv opt_out("FURLONG_HOST_MEMORY", std::nullopt);
   ScopedEnv thp("THP_MEM_ALLOC_ENABLE", std::nullopt);
   ScopedEnv mmap("MALLOC_MMAP_THRESHOLD_", std::nullopt);
+  ScopedEnv trim("MALLOC_TRIM_THRESHOLD_", std::nullopt);
   auto policy = apply_host_memory_policy();
   ASSERT_NE(std::getenv("THP_MEM_ALLOC_ENABLE"), nullptr);
   EXPECT_EQ(std::string(std::getenv("THP_MEM_ALLOC_ENABLE")), "1");
   EXPECT_TRUE(policy.huge_pages);
   EXPECT_EQ(policy.mmap_threshold, 2L * 1024 * 1024);
+  EXPECT_EQ(policy.trim_threshold, 64L * 1024 * 1024);
   EXPECT_TRUE(policy.block_cache);
-  EXPECT_EQ(policy.describe(), "huge pages on, mmap threshold 2097152 B, block cache on");
+  EXPECT_EQ(policy.describe(),
+            "huge pages on, mmap threshold 2097152 B, trim threshold 67108864 B, block cache on");
+}
+
+// Under the policy a freed heap block just below the mmap threshold stays with the process:
+// with glibc's 128 KiB trim threshold (what fixing the mmap threshold leaves) the free at the
+// top of the heap would hand its pages back, and the next step would fault them in again.
+TEST(HostMemory, FreeingAHeapBlockKeepsItsPages) {
+  ScopedEnv opt_out("FURLONG_HOST_MEMORY", std::nullopt);
+  ScopedEnv mmap("MALLOC_MMAP_THRESHOLD_", std::nullopt);
+  ScopedEnv trim("MALLOC_TRIM_THRESHOLD_", std::nullopt);
+  apply_host_memory_policy();
+  void* (*volatile allocate)(size_t) = std::malloc;  // volatile: the pair cannot be elided
+  void (*volatile release)(void*) = std::free;
+  const size_t size = (1u << 21) - (64u << 10);  // under the 2 MiB mmap threshold: a heap block
+  auto* block = static_cast<char*>(allocate(size));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, size);
+  const size_t heap_with_block = mallinfo2().arena;
+  release(block);
+  EXPECT_GE(mallinfo2().arena + (1u << 20), heap_with_block)
+      << "the heap shrank by more than 1 MiB when the block was freed";
 }
 
 TEST(HostMemory, KeepsTheUsersOwnSettings) {
   ScopedEnv opt_out("FURLONG_HOST_MEMORY", std::nullopt);
   ScopedEnv thp("THP_MEM_ALLOC_ENABLE", "0");
   ScopedEnv mmap("MALLOC_MMAP_THRESHOLD_", "1048576");
+  ScopedEnv trim("MALLOC_TRIM_THRESHOLD_", "4194304");
   auto policy = apply_host_memory_policy();
   EXPECT_EQ(std::string(std::getenv("THP_MEM_ALLOC_ENABLE")), "0");
   EXPECT_FALSE(policy.huge_pages);
   EXPECT_EQ(policy.mmap_threshold, 1048576);
+  EXPECT_EQ(policy.trim_threshold, 4194304);
 }
 
 TEST(HostMemory, DefaultOptOutLeavesTheLibrariesAlone) {
   ScopedEnv opt_out("FURLONG_HOST_MEMORY", "default");
   ScopedEnv thp("THP_MEM_ALLOC_ENABLE", std::nullopt);
   ScopedEnv mmap("MALLOC_MMAP_THRESHOLD_", std::nullopt);
+  ScopedEnv trim("MALLOC_TRIM_THRESHOLD_", std::nullopt);
   auto policy = apply_host_memory_policy();
   EXPECT_EQ(std::getenv("THP_MEM_ALLOC_ENABLE"), nullptr);
   EXPECT_FALSE(policy.huge_pages);
   EXPECT_EQ(policy.mmap_threshold, 0);
   EXPECT_FALSE(policy.block_cache);
-  EXPECT_EQ(policy.describe(), "huge pages off, mmap threshold glibc default, block cache off");
+  EXPECT_EQ(policy.describe(),
+            "huge pages off, mmap threshold glibc default, trim threshold glibc default, block "
+            "cache off");
 }
 
 constexpr size_t kMiB = 1u << 20;
