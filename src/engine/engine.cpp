@@ -33,6 +33,7 @@
 #include "engine/paged_forward.h"
 #include "engine/sampler.h"
 #include "engine/weight_sync.h"
+#include "kernels/parallel.h"
 #include "models/hf_model.h"
 #include "models/logprobs.h"
 #include "tokenizer/tokenizer.h"
@@ -535,7 +536,8 @@ std::vector<int64_t> Engine::Impl::choose_tokens(const std::vector<std::shared_p
   const auto host_BV =
       logits_BV.is_cpu() ? logits_BV : logits_BV.to(at::kFloat).to(at::kCPU).contiguous();
   std::vector<int64_t> chosen(seqs.size());
-  at::parallel_for(0, static_cast<int64_t>(seqs.size()), 1, [&](int64_t b0, int64_t b1) {
+  // kernels::parallel_for: this file is built without -fopenmp, where at::parallel_for is serial.
+  kernels::parallel_for(0, static_cast<int64_t>(seqs.size()), 1, [&](int64_t b0, int64_t b1) {
     c10::InferenceMode guard;  // OpenMP workers do not inherit the scheduler's mode
     for (int64_t i = b0; i < b1; ++i) {
       auto& s = *seqs[static_cast<size_t>(i)];
