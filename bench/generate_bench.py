@@ -280,6 +280,9 @@ def main_06b(a, binary, build_dir):
                 cell["bound_tokens_per_s"] = b["batch32plus_bound_tokens_per_s"]
                 cell["goal_tokens_per_s"] = b["batch32plus_goal_tokens_per_s"]
                 cell["bound"] = "compute: GEMM rate / FLOPs per token (goal: half of it)"
+            if "furlong" in tps:
+                cell["furlong_vs_machine"] = machine_limits.cell_limits(
+                    limits, bounds, LIMIT_KEY[d], batch, tps["furlong"])
             results.append(cell)
             save(False)
 

@@ -110,17 +110,45 @@ def model_costs(cfg, context):
 def bounds(limits, cfg, prompt_len, max_new):
     """Roofline bounds on output tokens/s, per dtype."""
     # Mean context seen by a generated token (prompt + half the generated tokens).
-    costs = model_costs(cfg, prompt_len + max_new / 2)
+    context = prompt_len + max_new / 2
+    costs = model_costs(cfg, context)
+    # A prompt token runs every layer but not the lm_head (only a prompt's last token does),
+    # attending over half the prompt on average; spread over the output tokens.
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    prompt_costs = model_costs(cfg, prompt_len / 2)
+    prompt_flops = 2 * (prompt_costs["matmul_params"] - vocab * h) + \
+        prompt_costs["attention_flops_per_token"]
+    costs["prompt_flops_per_output_token"] = prompt_flops * prompt_len / max_new
+    # K and V rows a decode step reads per sequence, per byte of the cache dtype.
+    hd = cfg.get("head_dim", h // cfg["num_attention_heads"])
+    kv_elems = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * hd * context
+    costs["kv_elements_per_sequence_step"] = kv_elems
     out = {"model_costs": costs}
     for name, size in (("fp32", 4), ("bf16", 2)):
         wbytes = costs["matmul_params"] * size
         gemm = limits[f"gemm_{name}_gflop_s"] * 1e9
         full = gemm / costs["flops_per_token"]
         out[name] = {"weight_bytes_per_token": wbytes,
+                     "kv_bytes_per_sequence_step": kv_elems * size,
                      "batch1_bound_tokens_per_s": limits["copy_bandwidth_gb_s"] * 1e9 / wbytes,
                      "batch32plus_bound_tokens_per_s": full,
                      "batch32plus_goal_tokens_per_s": 0.5 * full}
     return out
+
+
+def cell_limits(limits, bounds_, dtype_key, batch, tokens_per_s):
+    """Where one measured cell stands against the machine: its FLOP rate as a fraction of the
+    GEMM rate, counting output tokens only (the goal's accounting) and counting the prompt
+    tokens' FLOPs too, and the decode bandwidth bound at this batch (weights plus every
+    sequence's K/V read once per step, at the copy bandwidth; prefill not counted)."""
+    costs, b = bounds_["model_costs"], bounds_[dtype_key]
+    gemm = limits[f"gemm_{dtype_key}_gflop_s"] * 1e9
+    step_bytes = b["weight_bytes_per_token"] + batch * b["kv_bytes_per_sequence_step"]
+    return {"gemm_fraction": tokens_per_s * costs["flops_per_token"] / gemm,
+            "gemm_fraction_all_tokens": tokens_per_s * (
+                costs["flops_per_token"] + costs["prompt_flops_per_output_token"]) / gemm,
+            "decode_bandwidth_bound_tokens_per_s":
+                batch * limits["copy_bandwidth_gb_s"] * 1e9 / step_bytes}
 
 
 def main():
