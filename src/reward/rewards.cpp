@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -9,8 +10,10 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "reward/final_number.h"
 #include "reward/math_grader.h"
 #include "reward/text_rewards.h"
+#include "reward/text_util.h"
 
 namespace furlong::reward {
 namespace {
@@ -24,6 +27,7 @@ struct Registry {
   std::mutex mutex;
   std::vector<std::string> names;
   std::map<std::string, RewardFunction> functions;
+  size_t num_builtin = 0;  // names[0, num_builtin) are furlong's own graders
 
   Registry() {
     add("math", [](std::string_view r, std::string_view l, const Json&) {
@@ -39,6 +43,10 @@ struct Registry {
     add("exact_match", [](std::string_view r, std::string_view l, const Json&) {
       return Json(exact_match_reward(r, l));
     });
+    add("final_number", [](std::string_view r, std::string_view l, const Json&) {
+      return Json(final_number_reward(r, l));
+    });
+    num_builtin = names.size();
     names.emplace_back(kRemote);  // served by RemoteRewardClient, not a local function
   }
   void add(const std::string& name, RewardFunction fn) {
@@ -75,6 +83,14 @@ std::vector<std::string> known_reward_types() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   return r.names;
+}
+
+bool is_builtin_reward_type(const std::string& rm_type) {
+  Registry& r = registry();
+  const std::string base = base_type(rm_type);
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto end = r.names.begin() + static_cast<std::ptrdiff_t>(r.num_builtin);
+  return std::find(r.names.begin(), end, base) != end;
 }
 
 void register_reward_type(const std::string& name, RewardFunction function) {
@@ -155,7 +171,12 @@ Json RewardGrader::score(const rl::Sample& sample) const {
     FURLONG_CHECK(remote_ != nullptr, where, ": reward type remote_rm needs --rm-url");
     return remote_->score(sample);
   }
-  return builtin_reward(rm_type, sample.response, sample.label, sample.metadata);
+  return builtin_reward(rm_type, graded_text(sample, rm_type), sample.label, sample.metadata);
+}
+
+std::string RewardGrader::graded_text(const rl::Sample& sample, const std::string& rm_type) const {
+  if (options_.special_tokens.empty() || !is_builtin_reward_type(rm_type)) return sample.response;
+  return remove_strings(sample.response, options_.special_tokens);
 }
 
 RewardStats RewardGrader::compute_rewards(std::vector<rl::Sample>& samples) const {

@@ -4,7 +4,8 @@
 // Resolution per sample: metadata["rm_type"] (a string) overrides --rm-type. A "boxed_" prefix
 // first replaces the response with the content of its last \boxed{...} (empty if none) and then
 // applies the base type. A reward is a JSON number (or bool) or an object; --reward-key selects
-// the value of an object.
+// the value of an object. Built-in types read the response without the tokenizer's special
+// tokens (RewardOptions::special_tokens).
 #pragma once
 
 #include <cstdint>
@@ -25,8 +26,11 @@ using RewardFunction =
     std::function<Json(std::string_view response, std::string_view label, const Json& metadata)>;
 
 // The reward types --rm-type accepts (base names; each also works with the boxed_ prefix):
-// math, deepscaler, dapo, f1, exact_match, remote_rm, then any registered ones.
+// math, deepscaler, dapo, f1, exact_match, final_number, remote_rm, then any registered ones.
 std::vector<std::string> known_reward_types();
+// Whether `rm_type` (with or without the boxed_ prefix) is one of furlong's own rule-based
+// graders: every known type except remote_rm and the registered ones.
+bool is_builtin_reward_type(const std::string& rm_type);
 // Adds a reward type (the C++ counterpart of miles' custom_rm_path). Names must be new, not
 // remote_rm and not start with boxed_. Thread-safe; `function` may be called concurrently.
 void register_reward_type(const std::string& name, RewardFunction function);
@@ -41,9 +45,28 @@ Json builtin_reward(const std::string& rm_type, std::string_view response, std::
 double select_reward_value(const Json& reward, const std::string& reward_key,
                            const std::string& where);
 
+// The text each special token decodes to (the tokens decode(..., skip_special_tokens=true)
+// drops), for RewardOptions::special_tokens. A template so that this layer needs no tokenizer
+// library: `Tokenizer` has vocab_size(), is_special(id) and decode(ids, skip_special_tokens), as
+// furlong::tokenizer::Tokenizer does.
+template <class Tokenizer>
+std::vector<std::string> special_token_strings(const Tokenizer& tokenizer) {
+  std::vector<std::string> out;
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (!tokenizer.is_special(id)) continue;
+    std::string text = tokenizer.decode(std::vector<int64_t>{id}, false);
+    if (!text.empty()) out.push_back(std::move(text));
+  }
+  return out;
+}
+
 struct RewardOptions {
-  std::string rm_type;         // --rm-type (may be empty if every sample sets metadata.rm_type)
-  std::string reward_key;      // --reward-key
+  std::string rm_type;     // --rm-type (may be empty if every sample sets metadata.rm_type)
+  std::string reward_key;  // --reward-key
+  // The tokenizer's special-token strings (<|im_end|>, ...). Built-in types grade the response
+  // with these removed, whatever --rollout-skip-special-tokens kept in sample.response, so that
+  // "19<|im_end|>" matches "19"; remote_rm and registered types get sample.response unchanged.
+  std::vector<std::string> special_tokens;
   RemoteRewardOptions remote;  // --rm-url and its timeout / retry policy
   int max_concurrency = 32;    // samples scored at once (remote requests in flight)
   // false: a remote request that fails after its retries is counted, the sample gets reward 0 and
@@ -68,6 +91,9 @@ class RewardGrader {
   std::string rm_type_for(const rl::Sample& sample) const;
   // The raw reward of one sample (number or object).
   Json score(const rl::Sample& sample) const;
+  // The text the grader of `rm_type` reads for `sample`: the response without special tokens
+  // for built-in types, the response as it is for the others.
+  std::string graded_text(const rl::Sample& sample, const std::string& rm_type) const;
   // Scores every sample that is not ABORTED, up to max_concurrency at once, and sets raw_reward
   // and reward to the selected value (reward is replaced later by group normalization). An
   // object reward is also kept whole in metadata["reward"].

@@ -23,6 +23,26 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   return out;
 }
 
+std::string remove_strings(std::string_view text, const std::vector<std::string>& strings) {
+  bool first_byte[256] = {};
+  for (const auto& s : strings) {
+    if (!s.empty()) first_byte[static_cast<unsigned char>(s[0])] = true;
+  }
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t match = 0;
+    if (first_byte[static_cast<unsigned char>(text[i])]) {
+      for (const auto& s : strings) {
+        if (s.size() > match && text.compare(i, s.size(), s) == 0) match = s.size();
+      }
+    }
+    if (match == 0) out += text[i++];
+    i += match;
+  }
+  return out;
+}
+
 std::vector<std::string> py_split(std::string_view text, std::string_view sep) {
   std::vector<std::string> parts;
   size_t pos = 0;

@@ -26,6 +26,9 @@ std::string py_strip(std::string_view text);
 // float(text) in Python: surrounding whitespace allowed, decimal or exponent notation, inf/nan,
 // underscores between digits; nullopt where Python raises ValueError.
 std::optional<double> parse_python_float(std::string_view text);
+// `text` with every occurrence of each of `strings` removed, scanning left to right and taking
+// the longest string that matches at a position (empty strings are ignored).
+std::string remove_strings(std::string_view text, const std::vector<std::string>& strings);
 // Repeats re.sub(r"(\d)(,)(\d\d\d)($|\D)", r"\1\3\4") until nothing changes ("1,000" -> "1000").
 std::string strip_formatted_commas(std::string_view text);
 
