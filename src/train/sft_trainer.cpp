@@ -61,6 +61,7 @@ int run_sft(TrainOptions o) {
   SftDataOptions data_options{.path = o.data.prompt_data,
                               .input_key = o.data.input_key,
                               .response_key = o.data.response_key,
+                              .tool_key = o.data.tool_key,
                               .apply_chat_template = o.data.apply_chat_template,
                               .chat_template_path = o.data.chat_template_path.value_or(""),
                               .chat_template_kwargs = chat_template_kwargs(o.data),
