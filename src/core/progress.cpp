@@ -2,24 +2,23 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace furlong {
-namespace {
 
 std::string format_duration(double seconds) {
-  int s = static_cast<int>(seconds + 0.5);
-  char buf[32];
+  // Clamped to 0 .. 10^7 h: a wild estimate must not overflow the conversion.
+  const auto s = static_cast<long long>(std::clamp(seconds, 0.0, 3.6e10) + 0.5);
+  char buf[48];
   if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
   } else {
-    std::snprintf(buf, sizeof(buf), "%02d:%02d", s / 60, s % 60);
+    std::snprintf(buf, sizeof(buf), "%02lld:%02lld", s / 60, s % 60);
   }
   return buf;
 }
-
-}  // namespace
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total) {
@@ -87,6 +86,33 @@ void ProgressBar::draw(bool final_draw) {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::fflush(stderr);
+}
+
+StepProgress::StepProgress(std::string label, int64_t first, int64_t end)
+    : label_(std::move(label)),
+      first_(first),
+      end_(end),
+      start_(std::chrono::steady_clock::now()) {}
+
+std::string StepProgress::line(int64_t step, double step_seconds,
+                               const std::string& details) const {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return line_at(step, step_seconds, details, elapsed);
+}
+
+std::string StepProgress::line_at(int64_t step, double step_seconds, const std::string& details,
+                                  double elapsed_seconds) const {
+  const int64_t done = std::max<int64_t>(1, step + 1 - first_);
+  const int64_t left = std::max<int64_t>(0, end_ - step - 1);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f s", step_seconds);
+  std::string out = label_ + " " + std::to_string(step + 1) + "/" + std::to_string(end_) + ": ";
+  if (!details.empty()) out += details + ", ";
+  out += seconds;
+  if (left == 0) return out + ", done in " + format_duration(elapsed_seconds);
+  const double per_step = elapsed_seconds / static_cast<double>(done);
+  return out + ", ETA " + format_duration(per_step * static_cast<double>(left));
 }
 
 }  // namespace furlong

@@ -8,6 +8,8 @@
 #include <map>
 
 #include "core/files.h"
+#include "metrics/report_sections.h"
+#include "metrics/run_report.h"
 
 namespace furlong::metrics {
 
@@ -60,15 +62,18 @@ const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#94
                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
 std::string number(double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.4g", v);
-  return buf;
+  return format_number(v);
 }
 
 std::string coord(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f", v);
   return buf;
+}
+
+// The x axis itself, and the trainer's step counters (rollout/step, train/step): not charted.
+bool is_step_counter(const std::string& name) {
+  return name == "step" || name == "rollout/step" || name == "train/step";
 }
 
 // Collects numeric series in first-seen order.
@@ -81,7 +86,7 @@ std::vector<Series> collect_series(const std::vector<JsonlRow>& rows) {
     auto it = row.find("step");
     if (it != row.end() && it->is_number()) step = it->get<double>();
     for (const auto& [key, value] : row.items()) {
-      if (key == "step" || !value.is_number()) continue;
+      if (is_step_counter(key) || !value.is_number()) continue;
       const double v = value.get<double>();
       if (!std::isfinite(v)) continue;
       auto [pos, added] = index.emplace(key, series.size());
@@ -115,7 +120,13 @@ bool contains(const std::string& s, const char* part) {
 std::vector<Chart> group_into_charts(const std::vector<Series>& series) {
   using Match = std::function<bool(const std::string&)>;
   const std::vector<std::pair<std::string, Match>> families = {
-      {"Reward", [](const std::string& n) { return contains(n, "reward"); }},
+      {"Reward",
+       [](const std::string& n) {
+         // reward_failures is a count, not a reward: it gets a chart (and an axis) of its own
+         return (contains(n, "reward") && !contains(n, "reward_failures")) ||
+                is_eval_reward_metric(n);
+       }},
+      {"Pass@k", [](const std::string& n) { return contains(n, "pass@"); }},
       {"Response length",
        [](const std::string& n) {
          return contains(n, "response_len") || contains(n, "response_length");
@@ -203,11 +214,13 @@ std::string render_chart(const Chart& chart) {
   for (size_t k = 0; k < chart.series.size(); ++k) {
     const auto& s = *chart.series[k];
     const char* color = kPalette[k % std::size(kPalette)];
+    // Eval series (a point per eval) are dashed, so they read apart from the training curves.
+    const char* dash = is_eval_reward_metric(s.name) ? "\" stroke-dasharray=\"6 3" : "";
     std::string points;
     for (size_t i = 0; i < s.x.size(); ++i) {
       points += (i ? " " : "") + coord(px(s.x[i])) + "," + coord(py(s.y[i]));
     }
-    svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) +
+    svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) + dash +
            "\" stroke-width=\"1.8\" points=\"" + points + "\"/>\n";
     if (s.x.size() <= kMaxMarkers) {
       for (size_t i = 0; i < s.x.size(); ++i) {
@@ -249,12 +262,25 @@ svg .label { font-size: 12px; fill: #333; }
 .legend li { display: inline-block; margin-right: 14px; word-break: break-all; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; }
 .last { color: #777; }
+section.run, section.evals { background: #fff; border: 1px solid #ddd; border-radius: 6px;
+                             padding: 8px 12px; margin: 16px 0; }
+section.run h2, section.evals h2 { font-size: 15px; margin: 4px 0 6px; }
+table.fields { border-collapse: collapse; font-size: 13px; }
+table.fields th { text-align: left; font-weight: 600; padding: 2px 16px 2px 0; color: #444; }
+table.fields td { padding: 2px 0; word-break: break-all; }
+table.samples { border-collapse: collapse; font-size: 12px; width: 100%; margin: 6px 0 10px; }
+table.samples th, table.samples td { border: 1px solid #ddd; padding: 4px 6px; text-align: left;
+                                     vertical-align: top; }
+table.samples pre { margin: 0; white-space: pre-wrap; word-break: break-word;
+                    font-family: ui-monospace, monospace; }
+summary { cursor: pointer; font-size: 13px; margin: 4px 0; }
 </style>
 )";
 
 }  // namespace
 
-std::string render_html_report(const std::vector<JsonlRow>& rows, const std::string& title) {
+std::string render_html_report(const std::vector<JsonlRow>& rows, const std::string& title,
+                               const ReportExtras& extras) {
   const auto series = collect_series(rows);
   const auto charts = group_into_charts(series);
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -263,16 +289,22 @@ std::string render_html_report(const std::vector<JsonlRow>& rows, const std::str
   html += "<h1>" + html_escape(title) + "</h1>\n<p class=\"meta\">" + std::to_string(rows.size()) +
           " rows, " + std::to_string(series.size()) + " series, " + std::to_string(charts.size()) +
           " charts</p>\n";
+  html += render_run_header(extras.run_info, rows);
   if (charts.empty()) html += "<p>No numeric metrics.</p>\n";
   html += "<div class=\"grid\">\n";
   for (const auto& chart : charts) html += render_chart(chart);
-  html += "</div>\n</body>\n</html>\n";
+  html += "</div>\n" + render_eval_samples(extras.eval_samples) + "</body>\n</html>\n";
   return html;
 }
 
 void write_html_report(const std::filesystem::path& metrics_jsonl,
                        const std::filesystem::path& out_html, const std::string& title) {
-  write_file_atomic(out_html, render_html_report(read_jsonl(metrics_jsonl), title));
+  ReportExtras extras;
+  const auto info = run_info_path(metrics_jsonl);
+  if (std::filesystem::exists(info)) extras.run_info = read_ordered_json_file(info);
+  const auto evals = eval_samples_path(metrics_jsonl);
+  if (std::filesystem::exists(evals)) extras.eval_samples = read_jsonl(evals);
+  write_file_atomic(out_html, render_html_report(read_jsonl(metrics_jsonl), title, extras));
 }
 
 }  // namespace furlong::metrics

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/json_util.h"
+#include "metrics/run_report.h"
 #include "metrics/tensorboard.h"
 
 namespace furlong::metrics {
@@ -90,6 +92,8 @@ std::string format_metrics_table(int64_t step, const MetricValues& values) {
 MetricsLogger::MetricsLogger(MetricsOptions options) : options_(std::move(options)) {
   if (!options_.jsonl_path.empty()) {
     if (options_.jsonl_path.has_parent_path()) ensure_directory(options_.jsonl_path.parent_path());
+    // A new JSONL is a new run: the report's side files of an older one must not mix in.
+    if (!std::filesystem::exists(options_.jsonl_path)) remove_side_files(options_.jsonl_path);
     jsonl_fd_ =
         ::open(options_.jsonl_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     FURLONG_CHECK(jsonl_fd_ >= 0, options_.jsonl_path.string(),

@@ -32,6 +32,8 @@ std::string format_metrics_table(int64_t step, const MetricValues& values);
 
 class MetricsLogger {
  public:
+  // Appends to an existing JSONL; creating a new one removes the report's side files of an
+  // older run at that path (metrics/run_report.h).
   explicit MetricsLogger(MetricsOptions options);
   ~MetricsLogger();
   MetricsLogger(const MetricsLogger&) = delete;
