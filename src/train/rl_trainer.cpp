@@ -10,11 +10,15 @@
 
 #include "core/files.h"
 #include "core/log.h"
+#include "core/strings.h"
 #include "core/timer.h"
 #include "data/prompt_dataset.h"
 #include "engine/routed_experts_codec.h"
 #include "metrics/metrics.h"
+#include "metrics/rollout_progress.h"
+#include "metrics/run_report.h"
 #include "reward/rewards.h"
+#include "rl/advantages.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/backend.h"
@@ -158,11 +162,13 @@ std::vector<rl::Sample> load_debug_rollout(const TrainOptions& o, int64_t rollou
 }
 
 // --rm-type / --rm-url: grades samples in place (remote failures after retries are counted in
-// metadata["reward_error"] and score 0; the collector reports them).
-RewardFn make_reward_fn(const TrainOptions& o) {
+// metadata["reward_error"] and score 0; the collector reports them). The built-in graders read
+// the responses without `tokenizer`'s special tokens.
+RewardFn make_reward_fn(const TrainOptions& o, const tokenizer::Tokenizer& tokenizer) {
   reward::RewardOptions ro;
   ro.rm_type = o.rollout.rm_type.empty() && o.rollout.rm_url ? "remote_rm" : o.rollout.rm_type;
   ro.reward_key = o.rollout.reward_key.value_or("");
+  ro.special_tokens = reward::special_token_strings(tokenizer);
   ro.remote.url = o.rollout.rm_url.value_or("");
   ro.remote.timeout_s = o.rollout.rm_timeout_seconds;
   ro.remote.max_retries = static_cast<int>(o.rollout.rm_max_retries);
@@ -335,7 +341,7 @@ void start_driver(RlRun& run) {
     return;
   }
   d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
-                                                   make_reward_fn(o));
+                                                   make_reward_fn(o, *d.tokenizer));
   restore_buffer(d.collector->partial_buffer(),
                  state.value("partial_rollout_buffer", Json::array()));
   d.position = data_position(d);
@@ -399,7 +405,8 @@ bool eval_due(RlRun& run, int64_t rollout_id, bool baseline) {
 void maybe_eval(RlRun& run, int64_t rollout_id, bool baseline, Metrics& m) {
   if (!eval_due(run, rollout_id, baseline)) return;
   run.engines->generation_phase(run.root(), [&] {  // every rank: colocated engines serve
-    for (const auto& [k, v] : run.driver.collector->evaluate(run.driver.evals)) m[k] = v;
+    const EvalWhen when{.step = rollout_id, .before_training = baseline};
+    for (const auto& [k, v] : run.driver.collector->evaluate(run.driver.evals, when)) m[k] = v;
   });
 }
 
@@ -497,9 +504,9 @@ Metrics train_row(const StepMetrics& step, int64_t train_step, Metrics& rollout_
 
 // Every optimizer step's train/* metrics at its own train/step (miles), then the rollout's row
 // (rollout/*, perf/*, eval/*) at rollout_id. With one step per rollout the two steps coincide
-// and one row carries both.
-void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>& steps,
-                 Metrics& m) {
+// and one row carries both. Then the rollout's progress line.
+void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>& steps, Metrics& m,
+                 metrics::RolloutProgress& progress) {
   if (!run.root()) return;
   const auto per_rollout = static_cast<int64_t>(steps.size());
   std::vector<Metrics> rows;
@@ -519,10 +526,12 @@ void log_rollout(RlRun& run, int64_t rollout_id, const std::vector<StepMetrics>&
     log_metrics(*run.driver.logger, static_cast<int64_t>(row.at("train/step")), row);
   }
   log_metrics(*run.driver.logger, rollout_id, m);
+  LOG_INFO(progress.line(rollout_id, m));
 }
 
 // miles' train.py: generate, train, save, sync, eval, one after the other.
 void run_sync_loop(RlRun& run) {
+  metrics::RolloutProgress progress(run.start, run.stop);
   for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
     Metrics m;
     Stopwatch iteration;
@@ -537,7 +546,7 @@ void run_sync_loop(RlRun& run) {
     sync_weights(run, rollout_id + 1);
     maybe_eval(run, rollout_id, /*baseline=*/false, m);
     m["perf/iteration_time"] = iteration.seconds();
-    log_rollout(run, rollout_id, steps, m);
+    log_rollout(run, rollout_id, steps, m, progress);
   }
 }
 
@@ -591,6 +600,7 @@ void run_async_loop(RlRun& run) {
   BackgroundRollout bg;
   std::optional<RolloutResult> ready;  // rank 0: a joined rollout not yet trained on
   Metrics baseline;                    // logged with the first rollout's row
+  metrics::RolloutProgress progress(run.start, run.stop);
   if (run.start < run.stop) maybe_eval(run, run.start, /*baseline=*/true, baseline);
   start_async_rollout(run, run.start, bg);
   for (int64_t rollout_id = run.start; rollout_id < run.stop; ++rollout_id) {
@@ -610,13 +620,70 @@ void run_async_loop(RlRun& run) {
     maybe_eval(run, rollout_id, /*baseline=*/false, m);
     m["perf/iteration_time"] = iteration.seconds();
     m["perf/step_time"] = m["perf/iteration_time"];
-    log_rollout(run, rollout_id, steps, m);
+    log_rollout(run, rollout_id, steps, m, progress);
   }
+}
+
+// The architecture config.json names ("architectures"[0], else model_type).
+std::string model_architecture(const std::string& hf_dir) {
+  try {
+    const auto config = read_json_file(std::filesystem::path(hf_dir) / "config.json");
+    const auto archs = config.value("architectures", Json::array());
+    if (archs.is_array() && !archs.empty() && archs[0].is_string()) {
+      return archs[0].get<std::string>();
+    }
+    return config.value("model_type", std::string("unknown"));
+  } catch (const std::exception&) {
+    return "unknown";  // the header only describes the run; the model loaded already
+  }
+}
+
+// The report's run header: the model, the task and the flags that shape the run.
+OrderedJson run_info_fields(RlRun& run) {
+  const auto& o = run.options;
+  OrderedJson f = OrderedJson::object();
+  f["model"] = o.model.hf_checkpoint;
+  f["architecture"] = model_architecture(o.model.hf_checkpoint);
+  f["--prompt-data"] =
+      o.data.prompt_data + " (" + std::to_string(run.driver.dataset->size()) + " prompts)";
+  f["--input-key / --label-key"] = o.data.input_key + " / " + o.data.label_key;
+  if (!o.rollout.rm_type.empty()) f["--rm-type"] = o.rollout.rm_type;
+  if (o.rollout.rm_url) f["--rm-url"] = *o.rollout.rm_url;
+  if (!o.eval.eval_prompt_data.empty()) {
+    f["--eval-prompt-data"] = join(o.eval.eval_prompt_data, " ");
+    f["--eval-interval"] = o.eval.eval_interval.value_or(0);
+  }
+  f["--advantage-estimator"] = rl::advantage_estimator_name(o.algorithm.advantage_estimator);
+  f["--num-rollout"] = o.derived.num_rollout;
+  f["--rollout-batch-size"] = o.data.rollout_batch_size.value_or(0);
+  f["--n-samples-per-prompt"] = o.data.n_samples_per_prompt;
+  f["--global-batch-size"] = o.derived.global_batch_size;
+  f["--lr"] = o.optimizer.lr;
+  f["compute dtype"] =
+      trainer_compute_dtype_name(o.precision, run.groups->device().is_cpu() ? "cpu" : "cuda");
+  f["--rollout-max-response-len"] = o.rollout.rollout_max_response_len;
+  f["--rollout-temperature"] = o.rollout.rollout_temperature;
+  if (o.algorithm.use_kl_loss) f["--kl-loss-coef"] = o.algorithm.kl_loss_coef;
+  f["layout"] = std::to_string(run.world().size()) + " rank(s), " +
+                (o.rollout.colocate ? "colocated" : "disaggregated") +
+                (o.rollout.train_async ? ", --train-async" : "");
+  if (run.start > 0) f["resumed at rollout"] = run.start;
+  return f;
+}
+
+// Rank 0, --report: the run header beside the metrics JSONL; its total time adds this
+// process's `seconds` to what an earlier (resumed-from) process recorded there.
+void write_run_header(RlRun& run, double seconds) {
+  if (!run.options.logging.report) return;
+  const auto path = metrics_path(run.options);
+  const double earlier = run.start > 0 ? metrics::read_run_wall_seconds(path) : 0.0;
+  metrics::write_run_info(path, run_info_fields(run), earlier + seconds);
 }
 
 }  // namespace
 
 int run_rl(TrainOptions options) {
+  Stopwatch wall;  // the report's total time
   RlRun run;
   start_rl_run(run, std::move(options));
   sync_weights(run, run.start);  // engines never serve the raw --hf-checkpoint weights (miles)
@@ -631,7 +698,10 @@ int run_rl(TrainOptions options) {
   } else {
     run_sync_loop(run);
   }
-  if (run.root()) finish_metrics(run.options, run.driver.logger, "furlong RL run");
+  if (run.root()) {
+    write_run_header(run, wall.seconds());
+    finish_metrics(run.options, run.driver.logger, "furlong RL run");
+  }
   run.world().barrier();
   return 0;
 }

@@ -12,8 +12,12 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "data/dynamic_filter.h"
+#include "metrics/diagnostics.h"
+#include "metrics/run_report.h"
+#include "rl/advantages.h"
 #include "tokenizer/tokenizer.h"
 #include "train/agent_episode.h"
+#include "train/driver.h"
 #include "train/engine_layout.h"
 
 namespace furlong::train {
@@ -78,6 +82,61 @@ void take_routed_experts(rl::Sample& sample, engine::GenerateOutput&& out, bool 
   sample.routed_experts = std::move(r);
 }
 
+// What the zero-reward-spread warning names: where rewards come from and the flags that
+// change what is graded.
+metrics::RewardSetup reward_setup(const TrainOptions& o) {
+  metrics::RewardSetup setup;
+  if (!o.rollout.rm_type.empty()) {
+    setup.grader = "--rm-type " + o.rollout.rm_type;
+  } else if (o.rollout.rm_url) {
+    setup.grader = "--rm-url " + *o.rollout.rm_url;
+  } else if (o.agent.agent_env_url) {
+    setup.grader = "the environment at --agent-env-url " + *o.agent.agent_env_url;
+  } else {
+    setup.grader = "the reward function";
+  }
+  setup.label_key = o.data.label_key;
+  setup.skip_special_tokens = o.rollout.rollout_skip_special_tokens;
+  const auto estimator = o.algorithm.advantage_estimator;
+  setup.advantage_estimator = rl::advantage_estimator_name(estimator);
+  setup.group_normalized = !o.algorithm.disable_rewards_normalization &&
+                           estimator != rl::AdvantageEstimator::kReinforcePlusPlus;
+  return setup;
+}
+
+// The prompt as the report's eval table shows it: a string prompt as it is, a message list
+// as "role: content" lines.
+std::string prompt_text(const Json& prompt) {
+  if (prompt.is_string()) return prompt.get<std::string>();
+  if (!prompt.is_array()) return prompt.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  for (const auto& m : prompt) {
+    const auto content = m.is_object() ? m.value("content", Json()) : m;
+    out += (out.empty() ? "" : "\n") + (m.is_object() ? m.value("role", std::string("?")) : "?") +
+           ": " +
+           (content.is_string() ? content.get<std::string>()
+                                : content.dump(-1, ' ', false, Json::error_handler_t::replace));
+  }
+  return out;
+}
+
+// The first metrics::kEvalSampleRows prompts' (by row) first sample of an eval.
+std::vector<metrics::EvalSampleRow> eval_sample_rows(
+    const std::vector<std::vector<rl::Sample>>& done) {
+  std::vector<const rl::Sample*> firsts;
+  for (const auto& g : done) {
+    if (!g.empty()) firsts.push_back(&g.front());
+  }
+  std::sort(firsts.begin(), firsts.end(),
+            [](const auto* a, const auto* b) { return a->group_index < b->group_index; });
+  std::vector<metrics::EvalSampleRow> rows;
+  for (size_t i = 0; i < firsts.size() && i < metrics::kEvalSampleRows; ++i) {
+    const auto& s = *firsts[i];
+    rows.push_back({prompt_text(s.prompt), s.response, s.label, s.raw_reward});
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::map<int64_t, double> pass_at_k(const std::vector<std::vector<double>>& group_rewards) {
@@ -135,7 +194,7 @@ engine::SamplingParams RolloutCollector::sampling_params(bool eval) const {
 void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> groups,
                                        const engine::SamplingParams& params,
                                        const GroupConsumer& consume, bool routed_experts,
-                                       const GroupSink& leftover) {
+                                       const GroupSink& leftover, const std::string& label) {
   if (agent_) {  // multi-turn episodes (validation rules out routing replay and partial rollouts)
     agent_->generate_groups(engines_, std::move(groups), params, consume);
     return;
@@ -158,7 +217,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   int64_t outstanding = 0, total_samples = 0;
   std::string callback_error;
   for (const auto& g : groups) total_samples += static_cast<int64_t>(g.size());
-  ProgressBar bar("generate", total_samples, "samples");
+  ProgressBar bar(label, total_samples, "samples");
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     remaining[gi] = static_cast<int64_t>(groups[gi].size());
     for (auto& sample : groups[gi]) {
@@ -298,6 +357,7 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
       data::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
   std::map<std::string, double> metrics;
   int64_t generated_groups = 0, zero_std_groups = 0;
+  std::vector<std::vector<double>> first_rewards;  // every generated group's, first rollout only
   const auto params = sampling_params(/*eval=*/false);
   const bool routed = options_.moe.use_rollout_routing_replay;
   // --partial-rollout: what is still in flight at the abort waits for the next rollout.
@@ -314,6 +374,10 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
           std::vector<rl::Sample*> ptrs;
           for (auto& s : group) ptrs.push_back(&s);
           reward_(ptrs);
+          if (!spread_checked_) {
+            first_rewards.emplace_back();
+            for (const auto& s : group) first_rewards.back().push_back(s.raw_reward);
+          }
           if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
             ++zero_std_groups;
             metrics["rollout/zero_std/count_" +
@@ -327,6 +391,11 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
                   "dynamic sampling kept only ", collector.num_kept(), " of ", target,
                   " groups after ", generated_groups,
                   " generated: the filter rejects almost everything (check the rewards)");
+  }
+  if (!spread_checked_) {  // a run whose first rollout has no reward spread learns nothing
+    spread_checked_ = true;
+    const auto warning = metrics::zero_reward_spread_warning(first_rewards, reward_setup(options_));
+    if (!warning.empty()) LOG_WARN(warning);
   }
   for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
   if (partial_buffer_) {
@@ -394,8 +463,11 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
   return result;
 }
 
-std::map<std::string, double> RolloutCollector::evaluate(const std::vector<EvalSet>& sets) {
+std::map<std::string, double> RolloutCollector::evaluate(const std::vector<EvalSet>& sets,
+                                                         EvalWhen when) {
   std::map<std::string, double> metrics;
+  // --report: sample completions go next to its metrics JSONL.
+  const std::string samples_to = options_.logging.report ? metrics_path(options_) : "";
   const auto params = sampling_params(/*eval=*/true);
   const int64_t n = options_.eval.n_samples_per_eval_prompt;
   for (const auto& set : sets) {
@@ -406,13 +478,20 @@ std::map<std::string, double> RolloutCollector::evaluate(const std::vector<EvalS
       index += n;
     }
     std::vector<std::vector<rl::Sample>> done;
-    generate_groups(std::move(groups), params, [&](std::vector<rl::Sample>&& group) {
-      std::vector<rl::Sample*> ptrs;
-      for (auto& s : group) ptrs.push_back(&s);
-      reward_(ptrs);
-      done.push_back(std::move(group));
-      return false;
-    });
+    generate_groups(
+        std::move(groups), params,
+        [&](std::vector<rl::Sample>&& group) {
+          std::vector<rl::Sample*> ptrs;
+          for (auto& s : group) ptrs.push_back(&s);
+          reward_(ptrs);
+          done.push_back(std::move(group));
+          return false;
+        },
+        /*routed_experts=*/false, /*leftover=*/{}, "eval " + set.name);
+    if (!samples_to.empty()) {
+      metrics::append_eval_samples(samples_to, when.step, when.before_training, set.name,
+                                   eval_sample_rows(done));
+    }
     std::vector<const rl::Sample*> all;
     std::vector<std::vector<double>> group_raw;
     double sum = 0;

@@ -40,6 +40,13 @@ struct RolloutResult {
   std::map<std::string, double> metrics;
 };
 
+// Where an eval's results go: the metrics row `step`, and whether the eval ran before that
+// rollout's training (the baseline) or after it.
+struct EvalWhen {
+  int64_t step = 0;
+  bool before_training = false;
+};
+
 class RolloutCollector {
  public:
   RolloutCollector(const TrainOptions& options, RolloutEngines& engines,
@@ -60,8 +67,10 @@ class RolloutCollector {
     std::unique_ptr<data::PromptDataset> dataset;
   };
   // eval/<name> (mean raw reward), eval/<name>-pass@k, eval/<name>-truncated_ratio,
-  // eval/<name>/response_len/mean.
-  std::map<std::string, double> evaluate(const std::vector<EvalSet>& sets);
+  // eval/<name>/response_len/mean. With --report, also appends the first held-out prompts'
+  // first samples (prompt, response, label, reward) to the metrics' eval samples file
+  // (metrics/run_report.h), which the report shows as tables.
+  std::map<std::string, double> evaluate(const std::vector<EvalSet>& sets, EvalWhen when = {});
 
  private:
   // Takes a finished group; returns true when it has enough (the rest is then aborted).
@@ -75,10 +84,12 @@ class RolloutCollector {
   // the engine's expert ids and each sample gets them in rl::Sample::routed_experts (one row per
   // prompt + response token). Samples that need no generation (finished ones of a buffered
   // group) are not sent; aborted ones continue from their tokens. Groups left once `consume`
-  // had enough go to `leftover` when given (else they are dropped).
+  // had enough go to `leftover` when given (else they are dropped). `label` names the
+  // progress bar ("generate" for training rollouts, "eval <set>" for evals).
   void generate_groups(std::vector<std::vector<rl::Sample>> groups,
                        const engine::SamplingParams& params, const GroupConsumer& consume,
-                       bool routed_experts = false, const GroupSink& leftover = {});
+                       bool routed_experts = false, const GroupSink& leftover = {},
+                       const std::string& label = "generate");
   // The next refill: buffered groups first (restarting samples past --max-weight-staleness,
   // masking older-weight prefixes under --mask-offpolicy-in-partial-rollout), then fresh ones.
   std::vector<data::SampleGroup> next_refill(int64_t num_groups, std::map<std::string, double>& m);
@@ -94,6 +105,8 @@ class RolloutCollector {
   std::shared_ptr<AgentEpisodeRunner> agent_;
   std::unique_ptr<data::RolloutBuffer> partial_buffer_;
   int64_t engine_weight_version_ = 0;
+  // Whether collect() has checked a rollout for zero reward spread (only the first is checked).
+  bool spread_checked_ = false;
 };
 
 // rollout/weight_version/{min,max,mean} over the response tokens of `samples` (with recorded
