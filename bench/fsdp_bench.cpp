@@ -157,7 +157,7 @@ int run(const std::vector<std::string>& args) {
   const int64_t params = backend.model().model().num_parameters();
   const int64_t compute_bytes =
       static_cast<int64_t>(c10::elementSize(parse_dtype(o.compute_dtype, "--dtype")));
-  const int64_t micro_batches = o.docs / world / t.batch.micro_batch_size;
+  const int64_t micro_batches = o.docs / world / *t.batch.micro_batch_size;
   const int64_t theory = micro_batches * params * (2 * compute_bytes + 4);
   dist::CommStats fsdp = shard_step;
   fsdp += replicate_step;

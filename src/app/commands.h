@@ -54,7 +54,7 @@ struct ExportHfOptions {
   std::string load;                  // the --save directory of a training run
   std::optional<int64_t> iteration;  // default: the latest
   std::string out;
-  std::string dtype;  // "" = the model's checkpoint dtype
+  std::string dtype;  // "" = the trained policy's dtype (train::export_hf)
 };
 
 struct ServeOptions {

@@ -93,10 +93,12 @@ void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOpti
   f.set_group("Batches and loss");
   f.add("global-batch-size", &b.global_batch_size, "samples per optimizer step (all ranks)");
   f.add("micro-batch-size", &b.micro_batch_size,
-        "samples per forward/backward (without --use-dynamic-batch-size)");
+        "samples per forward/backward (default: none, micro-batches are packed by tokens)");
   f.add("use-dynamic-batch-size", &b.use_dynamic_batch_size,
-        "form micro-batches by token count (needs --max-tokens-per-gpu)");
-  f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu, "token budget of a dynamic micro-batch");
+        "form micro-batches by token count (needs --max-tokens-per-gpu); the default when "
+        "--micro-batch-size is not given");
+  f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu,
+        "token budget of a packed micro-batch (default 4096 when packing by default)");
   f.add("calculate-per-token-loss", &b.calculate_per_token_loss,
         "sum the loss over tokens instead of averaging per sample");
   f.add_enum<train::LossType>("loss-type", &b.loss_type, {"sft_loss", "sft", "policy_loss"},
@@ -145,7 +147,8 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
   f.add("rollout-stop", &r.rollout_stop, "stop strings");
   f.add("rollout-stop-token-ids", &r.rollout_stop_token_ids, "extra stop token ids");
   f.add("rollout-skip-special-tokens", &r.rollout_skip_special_tokens,
-        "leave special tokens (e.g. eos) out of the response text that rewards grade");
+        "leave special tokens (e.g. eos) out of each sample's response text (multi-turn "
+        "history, --rm-url and custom rewards); built-in --rm-type graders never see them");
   f.add("over-sampling-batch-size", &r.over_sampling_batch_size,
         "prompts pulled per refill with dynamic sampling (default: --rollout-batch-size)");
   f.add("dynamic-sampling-filter-path", &r.dynamic_sampling_filter_path,
@@ -157,7 +160,8 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
   f.add("update-weight-buffer-size", &r.update_weight_buffer_size, "bytes per weight-sync bucket");
   f.add("debug-exit-after-rollout", &r.debug_exit_after_rollout, "stop after N rollouts");
   f.set_group("Rewards");
-  f.add("rm-type", &r.rm_type, "built-in reward: math, deepscaler, dapo, f1, exact_match");
+  f.add("rm-type", &r.rm_type,
+        "built-in reward: math, deepscaler, dapo, f1, exact_match, final_number");
   f.add("rm-url", &r.rm_url, "remote reward server (POST JSON per sample)");
   f.add("reward-key", &r.reward_key, "key to read when a reward is a dict");
   f.add("rm-timeout-seconds", &r.rm_timeout_seconds, "timeout of one remote reward request");
@@ -244,6 +248,10 @@ void add_algorithm_flags(config::FlagSet& f, train::AlgorithmOptions& a) {
   f.add("entropy-coef", &a.entropy_coef, "entropy bonus coefficient");
   f.add("use-rollout-logprobs", &a.use_rollout_logprobs,
         "use the engine's log-probs as the old policy instead of a trainer pass");
+  f.add_enum<train::OldLogprobs>(
+      "old-logprobs", &a.old_logprobs, {"auto", "recompute"}, train::parse_old_logprobs,
+      "auto: no old-policy pass when the rollout trains in one optimizer step (its forward, "
+      "detached, gives the same bits); recompute: always run it (miles)");
   f.add("use-tis", &a.use_tis, "truncated importance sampling (rollout vs trainer log-probs)");
   f.add("tis-clip", &a.tis_clip, "upper clip of the TIS weight");
   f.add("tis-clip-low", &a.tis_clip_low, "lower clip of the TIS weight");
@@ -410,7 +418,8 @@ void register_flags(config::FlagSet& f, ExportHfOptions& o) {
   f.add("load", &o.load, "a training run's --save directory").required = true;
   f.add("iteration", &o.iteration, "which iteration (default: the latest)");
   f.add("out", &o.out, "output directory (a HF model directory)").required = true;
-  f.add("dtype", &o.dtype, "dtype to write (default: the model's checkpoint dtype)");
+  f.add("dtype", &o.dtype,
+        "dtype to write (default: the trained policy's, the master cast to the compute dtype)");
 }
 
 void register_flags(config::FlagSet& f, LaunchFlags& o) {

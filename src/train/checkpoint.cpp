@@ -5,7 +5,9 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -289,6 +291,7 @@ void save_checkpoint(const fs::path& root, int64_t rollout_id, FsdpBackend& back
                  {"dp_replicate_size", mesh.replicate_size()},
                  {"dp_shard_size", mesh.shard_size()},
                  {"storage_dtype", dtype_name(backend.model().storage_dtype())},
+                 {"compute_dtype", dtype_name(backend.model().options().param_dtype)},
                  {"timestamp",
                   std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
                       .count()},
@@ -374,6 +377,35 @@ std::optional<LoadedCheckpoint> load_checkpoint(const fs::path& root, FsdpBacken
   return loaded;
 }
 
+namespace {
+
+// The dtype an export writes by default: the trained policy's weights as its forward used them,
+// i.e. the master cast to the compute dtype, or the master itself where it is narrower. A
+// checkpoint without a recorded compute dtype exports its storage dtype (lossless).
+c10::ScalarType policy_dtype(const Json& meta) {
+  auto storage = parse_dtype(json_get<std::string>(meta, "storage_dtype", "meta.json"),
+                             "meta.json storage_dtype");
+  if (!meta.contains("compute_dtype")) return storage;
+  auto compute = parse_dtype(json_get<std::string>(meta, "compute_dtype", "meta.json"),
+                             "meta.json compute_dtype");
+  return c10::elementSize(compute) < c10::elementSize(storage) ? compute : storage;
+}
+
+// What casting the policy's weights to `to` changes: the share of elements that move and the
+// relative RMS of the change, accumulated over every tensor.
+struct RoundingLoss {
+  double changed = 0, total = 0, diff_sq = 0, norm_sq = 0;
+  void add(const at::Tensor& policy, const at::Tensor& exported) {
+    auto p = policy.to(at::kDouble), e = exported.to(at::kDouble);
+    changed += p.ne(e).sum().item<double>();
+    total += static_cast<double>(p.numel());
+    diff_sq += (p - e).square().sum().item<double>();
+    norm_sq += p.square().sum().item<double>();
+  }
+};
+
+}  // namespace
+
 void export_hf(const fs::path& checkpoint_root, std::optional<int64_t> iteration,
                const fs::path& out, std::optional<c10::ScalarType> dtype) {
   if (!iteration) iteration = latest_iteration(checkpoint_root);
@@ -382,18 +414,29 @@ void export_hf(const fs::path& checkpoint_root, std::optional<int64_t> iteration
   auto dir = iteration_dir(checkpoint_root, *iteration);
   FURLONG_CHECK(fs::exists(dir / "meta.json") && fs::exists(dir / "hf" / "config.json"),
                 dir.string(), ": missing or incomplete checkpoint");
-  Json config = read_json_file(dir / "hf" / "config.json");
-  std::string config_dtype =
-      config.value("torch_dtype", config.value("dtype", std::string("float32")));
-  auto out_dtype = dtype.value_or(parse_dtype(config_dtype, "config.json torch_dtype"));
-  ShardedReader reader(dir / "model");
-  io::NamedTensors tensors;
-  for (auto it = reader.index()["tensors"].begin(); it != reader.index()["tensors"].end(); ++it) {
-    auto shape = it.value()["shape"].get<std::vector<int64_t>>();
-    tensors.emplace_back(it.key(), reader.rows(it.key(), 0, shape[0]).to(out_dtype).contiguous());
-  }
   FURLONG_CHECK(!fs::exists(out / "config.json"), out.string(),
                 ": already holds a model; choose an empty directory");
+  Json config = read_json_file(dir / "hf" / "config.json");
+  const auto policy = policy_dtype(read_json_file(dir / "meta.json"));
+  const auto out_dtype = dtype.value_or(policy);
+  ShardedReader reader(dir / "model");
+  io::NamedTensors tensors;
+  RoundingLoss loss;
+  for (auto it = reader.index()["tensors"].begin(); it != reader.index()["tensors"].end(); ++it) {
+    auto shape = it.value()["shape"].get<std::vector<int64_t>>();
+    auto policy_weights = reader.rows(it.key(), 0, shape[0]).to(policy);
+    auto exported = policy_weights.to(out_dtype).contiguous();
+    if (out_dtype != policy) loss.add(policy_weights, exported);
+    tensors.emplace_back(it.key(), std::move(exported));
+  }
+  if (out_dtype != policy) {
+    LOG_WARN("export-hf: --dtype ", dtype_name(out_dtype), " rounds the trained policy's ",
+             dtype_name(policy), " weights: ", 100.0 * loss.changed / std::max(loss.total, 1.0),
+             "% of them change, relative RMS change ",
+             std::sqrt(loss.diff_sq / std::max(loss.norm_sq, 1e-300)),
+             " (small-LR updates can fall below that resolution); omit --dtype to export ",
+             dtype_name(policy));
+  }
   copy_hf_files(dir / "hf", out);
   io::save_hf_weights(out, tensors);
   config.erase("dtype");

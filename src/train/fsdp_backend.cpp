@@ -137,7 +137,7 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
     lengths.push_back(static_cast<int64_t>(samples[i].tokens.size()));
   }
   BatchingOptions batching{.global_batch_size = options_.derived.global_batch_size,
-                           .micro_batch_size = options_.batch.micro_batch_size,
+                           .micro_batch_size = options_.batch.micro_batch_size.value_or(1),
                            .dynamic = options_.batch.use_dynamic_batch_size,
                            .max_tokens_per_gpu = options_.batch.max_tokens_per_gpu.value_or(0)};
   auto plan = plan_batches(lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
@@ -157,6 +157,7 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
     metrics.back().values["rollout_id"] = static_cast<double>(rollout_id);
   }
   if (policy && !metrics.empty()) {
+    if (policy->old_is_current) finish_old_is_current(*policy, local.size());
     for (const auto& [k, v] : policy->metrics) metrics.front().values[k] = v;
   }
   if (routing_replay() && options_.compat.ci_test) {

@@ -80,7 +80,19 @@ class FsdpBackend : public TrainBackend {
     // replay (R3: the engines'; R2: recorded by the old-policy pass); empty without replay.
     std::vector<at::Tensor> routing_TLK;
     std::map<std::string, double> metrics;  // train-side rollout/* metrics (all ranks' means)
+    // --old-logprobs auto without the pass: the rollout trains in one optimizer step, so the old
+    // policy's log-probs are that step's own forward, detached (same weights, same
+    // micro-batches: the bits the pass would compute). The step adds up the per-sample means
+    // of them here for rollout/log_probs (mutable: the loss reads PolicyData as const).
+    bool old_is_current = false;
+    mutable double old_log_prob_mean_sum = 0.0;
   };
+
+  // --old-logprobs auto: whether the old-policy pass is redundant for this rollout (the same on
+  // every rank): one optimizer step, and nothing reads old log-probs before it.
+  bool old_pass_redundant(const BatchPlan& plan) const;
+  // The rollout/log_probs metric from the first step's sums (all ranks).
+  void finish_old_is_current(PolicyData& policy, size_t local_samples);
 
   // One optimizer step over `micro_batches` (local sample indices); `policy` is null for SFT.
   StepMetrics train_step(const std::vector<const rl::Sample*>& local,

@@ -113,7 +113,7 @@ std::vector<at::Tensor> FsdpBackend::prepare_routing(const std::vector<const rl:
 std::vector<at::Tensor> FsdpBackend::score(const std::vector<rl::Sample>& samples) {
   std::vector<const rl::Sample*> local;
   BatchPlan plan(1);
-  const auto mbs = static_cast<size_t>(options_.batch.micro_batch_size);
+  const auto mbs = static_cast<size_t>(options_.batch.micro_batch_size.value_or(1));
   for (size_t i = 0; i < samples.size(); ++i) {
     local.push_back(&samples[i]);
     if (i % mbs == 0) plan[0].emplace_back();

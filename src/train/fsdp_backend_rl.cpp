@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -107,6 +108,20 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
   return out;
 }
 
+bool FsdpBackend::old_pass_redundant(const BatchPlan& plan) const {
+  const auto& a = options_.algorithm;
+  // The plan has the same number of steps on every rank (plan_batches).
+  return a.old_logprobs == OldLogprobs::kAuto && plan.size() == 1 &&
+         a.kl_coef == 0.0 &&  // the reward-level KL reads pi_old before training
+         !routing_replay();   // R2 records its routing in the pass; R3 checks it there
+}
+
+void FsdpBackend::finish_old_is_current(PolicyData& policy, size_t local_samples) {
+  const double sum = mesh_->dp().all_reduce_sum(policy.old_log_prob_mean_sum);
+  const double n = mesh_->dp().all_reduce_sum(static_cast<double>(local_samples));
+  policy.metrics["rollout/log_probs"] = sum / std::max(1.0, n);
+}
+
 FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
     const std::vector<rl::Sample>& rollout, const std::vector<size_t>& local_indices,
     const std::vector<const rl::Sample*>& local, const BatchPlan& plan) {
@@ -136,7 +151,12 @@ FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
           prepare_routing(local, plan, a.use_rollout_logprobs ? nullptr : &policy.old_log_probs);
     });
   } else if (!a.use_rollout_logprobs) {
-    timed("log_probs", [&] { policy.old_log_probs = score_samples(*model_, local, plan); });
+    policy.old_is_current = old_pass_redundant(plan);
+    if (policy.old_is_current) {  // placeholders: nothing reads them (old_pass_redundant)
+      for (const auto* s : local) policy.old_log_probs.push_back(at::zeros({s->response_length}));
+    } else {
+      timed("log_probs", [&] { policy.old_log_probs = score_samples(*model_, local, plan); });
+    }
   }
   if (a.use_rollout_logprobs) policy.old_log_probs = policy.rollout_log_probs;
   auto advantages = rl::compute_rollout_advantages(
@@ -165,7 +185,9 @@ FsdpBackend::PolicyData FsdpBackend::prepare_policy_data(
     sums["rollout/truncated"] += s.status == rl::SampleStatus::kTruncated ? 1.0 : 0.0;
   }
   auto layout = rl::make_response_layout(lengths, rl::fp32_tensor(mask));
-  sums["rollout/log_probs"] = sum_of_masked_means(policy.old_log_probs, layout);
+  if (!policy.old_is_current) {  // else from the step's forward (finish_old_is_current)
+    sums["rollout/log_probs"] = sum_of_masked_means(policy.old_log_probs, layout);
+  }
   sums["rollout/advantages"] = sum_of_masked_means(policy.advantages, layout);
   if (all_have_rollout_log_probs) {
     sums["rollout/rollout_log_probs"] = sum_of_masked_means(policy.rollout_log_probs, layout);
@@ -191,7 +213,8 @@ LossOutput FsdpBackend::policy_loss(const MicroBatch& mb, const std::vector<size
     return rl::concat_tokens(parts).to(device);
   };
   rl::LossInputs in{.log_probs_T = lp.logprobs_T,
-                    .old_log_probs_T = gather(policy.old_log_probs),
+                    .old_log_probs_T = policy.old_is_current ? lp.logprobs_T.detach()
+                                                             : gather(policy.old_log_probs),
                     .advantages_T = gather(policy.advantages)};
   // The engine's log-probs, when every sample has them: TIS reads them, and the loss reports
   // train_rollout_logprob_abs_diff / train_rollout_kl (trainer vs engine).
@@ -199,6 +222,10 @@ LossOutput FsdpBackend::policy_loss(const MicroBatch& mb, const std::vector<size
   if (rollout_T.numel() == lp.logprobs_T.numel()) in.rollout_log_probs_T = rollout_T;
   if (ref_model_) in.ref_log_probs_T = gather(policy.ref_log_probs);
   if (lp.entropy_T.defined()) in.entropy_T = lp.entropy_T;
+  if (policy.old_is_current) {
+    policy.old_log_prob_mean_sum +=
+        rl::masked_mean_per_sample(in.old_log_probs_T, mb.layout.to(device)).sum().item<double>();
+  }
   // normalizer 1: train_micro_batch applies the data-parallel scaling.
   auto result = rl::policy_loss(in, mb.layout.to(device),
                                 loss_options(options_.algorithm, options_.batch), 1.0);

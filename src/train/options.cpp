@@ -18,6 +18,12 @@ LossType parse_loss_type(const std::string& name) {
   FURLONG_FAIL("--loss-type ", name, " is not supported; use sft_loss (alias sft) or policy_loss");
 }
 
+OldLogprobs parse_old_logprobs(const std::string& name) {
+  if (name == "auto") return OldLogprobs::kAuto;
+  if (name == "recompute") return OldLogprobs::kRecompute;
+  FURLONG_FAIL("--old-logprobs ", name, " is not supported; use auto or recompute");
+}
+
 const char* loss_type_name(LossType type) {
   return type == LossType::kPolicyLoss ? "policy_loss" : "sft_loss";
 }

@@ -27,6 +27,14 @@ enum class LossType { kPolicyLoss, kSftLoss };
 LossType parse_loss_type(const std::string& name);
 const char* loss_type_name(LossType type);
 
+// How the trainer gets the old policy's log-probs (--old-logprobs). kRecompute: a forward-only
+// pass over the rollout before training (miles). kAuto: that pass only where something needs
+// it; when the rollout trains in one optimizer step (and no reward KL or R2 routing reads pi_old
+// first), the step's own forward is the old policy's, detached: the same weights and
+// micro-batches as the pass, so the same bits and the same update, one forward fewer.
+enum class OldLogprobs { kAuto, kRecompute };
+OldLogprobs parse_old_logprobs(const std::string& name);
+
 struct ModelOptions {
   std::string hf_checkpoint;
   std::optional<std::string> ref_load;  // HF directory of the reference model (KL); default hf
@@ -106,9 +114,15 @@ struct OptimizerOptions {
   double clip_grad = 1.0;
 };
 
+// Token budget of a packed micro-batch when the user chose neither --micro-batch-size nor
+// --max-tokens-per-gpu.
+inline constexpr int64_t kDefaultPackedTokens = 4096;
+
 struct BatchOptions {
   std::optional<int64_t> global_batch_size;
-  int64_t micro_batch_size = 1;
+  // Unset (and no --use-dynamic-batch-size): micro-batches are packed by token count with
+  // kDefaultPackedTokens (resolve_micro_batching). Set: that many samples per micro-batch.
+  std::optional<int64_t> micro_batch_size;
   bool use_dynamic_batch_size = false;
   std::optional<int64_t> max_tokens_per_gpu;
   bool calculate_per_token_loss = false;
@@ -149,7 +163,7 @@ struct RolloutOptions {
   std::optional<int64_t> rollout_max_prompt_len;
   std::vector<std::string> rollout_stop;
   std::vector<int64_t> rollout_stop_token_ids;
-  bool rollout_skip_special_tokens = false;  // drop special tokens from the graded text
+  bool rollout_skip_special_tokens = false;  // drop special tokens from sample.response
   std::optional<int64_t> over_sampling_batch_size;
   std::string dynamic_sampling_filter_path;  // "" | check_reward_nonzero_std | check_no_aborted
   std::string metadata_key = "metadata";
@@ -226,6 +240,7 @@ struct AlgorithmOptions {
   double kl_coef = 0.0;
   double entropy_coef = 0.0;
   bool use_rollout_logprobs = false;
+  OldLogprobs old_logprobs = OldLogprobs::kAuto;
   bool use_tis = false;
   double tis_clip = 2.0;
   double tis_clip_low = 0.0;

@@ -149,6 +149,10 @@ TEST_F(Checkpoints, AKilledSaveLeavesThePreviousCheckpointLoadable) {
   }
 }
 
+fs::path meta_path(const fs::path& save) {
+  return iteration_dir(save, latest_iteration(save).value()) / "meta.json";
+}
+
 TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
   auto save = dir_ / "export_run";
   ASSERT_EQ(train(4, 1, save.string(), (dir_ / "export.jsonl").string()).exit_code, 0);
@@ -158,7 +162,20 @@ TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
       " export-hf --load " + furlong::testing::shell_quote(save.string()) + " --out " +
       furlong::testing::shell_quote(out.string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(read_json_file(out / "config.json")["torch_dtype"], "bfloat16");
+  // The run computed in fp32 (--compute-dtype float32) from a bf16 checkpoint: the policy it
+  // trained is the fp32 master, which is what the export writes by default.
+  EXPECT_EQ(read_json_file(meta_path(save))["compute_dtype"], "float32");
+  EXPECT_EQ(read_json_file(out / "config.json")["torch_dtype"], "float32");
+  // Asked for the checkpoint's bf16, it says what the rounding costs.
+  auto narrowed = dir_ / "exported_bf16";
+  auto rb = furlong::testing::run_command(
+      furlong::testing::shell_quote(furlong::testing::furlong_binary().string()) +
+      " export-hf --dtype bfloat16 --load " + furlong::testing::shell_quote(save.string()) +
+      " --out " + furlong::testing::shell_quote(narrowed.string()) + " 2>&1");
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  EXPECT_NE(rb.output.find("rounds the trained policy's float32 weights"), std::string::npos)
+      << rb.output;
+  EXPECT_EQ(read_json_file(narrowed / "config.json")["torch_dtype"], "bfloat16");
   // transformers loads it and computes the same log-probs as furlong on the same directory.
   std::vector<std::vector<int64_t>> docs = {{1, 5, 9, 13, 2, 40}, {7, 7, 3}};
   Json plan = Json::array({{{"name", "export"},
