@@ -4,7 +4,8 @@
 #   make build   configure (CMake + Ninja + ccache) and build build/furlong and the tests
 #   make test    build, then run the whole suite with CTest
 #   make bench   build, then run the side-by-side benchmarks (writes bench/results/*.json)
-#   make demo    build, then run furlong's main job end to end on a small model
+#   make demo    build, then GRPO makes SmolLM2-135M-Instruct better at addition (held-out eval)
+#   make demo-tiny  build, then SFT + GRPO on a tiny random model (a minute or two)
 #   make lint    clang-format check, file sizes, flags named in comments
 #   make cuda-check  compile the CUDA-only sources against a CUDA libtorch (.venv-cuda, build-cuda)
 #   make device-check-dry-run  scripts/device_check.sh on CPU (tiny shapes; CUDA parts skipped)
@@ -16,7 +17,7 @@ CTEST_ARGS ?=
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: setup configure build test bench demo lint tidy format clean cuda-check device-check-dry-run
+.PHONY: setup configure build test bench demo demo-tiny lint tidy format clean cuda-check device-check-dry-run
 
 setup:
 	@bash scripts/setup.sh
@@ -38,6 +39,9 @@ bench: build
 
 demo: build
 	bash scripts/demo.sh $(BUILD_DIR)
+
+demo-tiny: build
+	bash scripts/demo_tiny.sh $(BUILD_DIR)
 
 lint: setup
 	bash scripts/lint.sh
