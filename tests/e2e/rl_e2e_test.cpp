@@ -198,6 +198,37 @@ TEST(RlEndToEnd, ResumedRunContinuesTheSameCurve) {
   }
 }
 
+// --old-logprobs auto (the default) skips the old-policy pass of a one-step rollout and takes
+// the step's own forward instead; the update must be the one the pass gives, bit for bit.
+TEST(RlEndToEnd, SkippedOldPolicyPassTrainsAsTheRecomputedOne) {
+  std::map<std::string, std::vector<Json>> runs;
+  for (const char* mode : {"auto", "recompute"}) {
+    auto dir = scratch_dir() / (std::string("old_") + mode);
+    fs::create_directories(dir);
+    auto flags = grpo_flags(dir, 4);
+    flags.insert(flags.end(), {"--colocate", "--old-logprobs", mode});
+    auto r = run_train(flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    runs[mode] = read_rows(dir / "metrics.jsonl");
+  }
+  const auto &a = runs["auto"], &b = runs["recompute"];
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"rollout/raw_reward", "train/loss", "train/pg_loss", "train/grad_norm",
+                            "train/ppo_kl", "train/train_rollout_logprob_abs_diff"}) {
+      EXPECT_EQ(value(a[i], key), value(b[i], key)) << key << " at rollout " << i;
+    }
+    // The same per-token values averaged per micro-batch instead of over the rollout: the fp32
+    // per-sample means may round differently, each a sum of <= 16 terms (gamma_16 = 1e-6).
+    EXPECT_NEAR(value(a[i], "rollout/log_probs"), value(b[i], "rollout/log_probs"),
+                1e-6 * std::abs(value(b[i], "rollout/log_probs")))
+        << "rollout " << i;
+    EXPECT_FALSE(a[i].contains("perf/log_probs_time")) << "auto ran the pass at rollout " << i;
+    EXPECT_TRUE(b[i].contains("perf/log_probs_time")) << "recompute skipped it at rollout " << i;
+  }
+}
+
 TEST(RlEndToEnd, BadInputsFailClearly) {
   auto dir = scratch_dir();
   {
