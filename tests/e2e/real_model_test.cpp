@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "common/jsonl_rows.h"
 #include "common/test_util.h"
 #include "common/tolerances.h"
 #include "core/files.h"
@@ -21,20 +21,6 @@ namespace fs = std::filesystem;
 
 fs::path model_dir() {
   return source_dir() / ".cache" / "models" / "smollm2-135m-instruct";
-}
-
-std::vector<Json> read_rows(const fs::path& file) {
-  std::vector<Json> rows;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) rows.push_back(Json::parse(line));
-  }
-  return rows;
-}
-
-void write_rows(const fs::path& file, const std::vector<Json>& rows) {
-  std::ofstream out(file);
-  for (const auto& r : rows) out << r.dump() << "\n";
 }
 
 std::string furlong_cmd(const std::vector<std::string>& args) {
@@ -79,7 +65,7 @@ TEST_F(RealModel, TemplateGreedyAndLogprobsEqualTransformersInFp32) {
 
   std::vector<Json> rows;
   for (const auto& m : conversations) rows.push_back({{"messages", m}});
-  write_rows(dir_ / "prompts.jsonl", rows);
+  write_jsonl_rows(dir_ / "prompts.jsonl", rows);
   auto tok = run_command(
       furlong_cmd({"tokenize", "--hf-checkpoint", model_dir().string(), "--input",
                    (dir_ / "prompts.jsonl").string(), "--output", (dir_ / "tokens.jsonl").string(),
@@ -91,8 +77,8 @@ TEST_F(RealModel, TemplateGreedyAndLogprobsEqualTransformersInFp32) {
                    "--dtype", "float32", "--temperature", "0", "--max-new-tokens",
                    std::to_string(kNewTokens), "--exact-logprobs"}));
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
-  const auto tokens = read_rows(dir_ / "tokens.jsonl");
-  const auto outputs = read_rows(dir_ / "out.jsonl");
+  const auto tokens = read_jsonl_rows(dir_ / "tokens.jsonl");
+  const auto outputs = read_jsonl_rows(dir_ / "out.jsonl");
   ASSERT_EQ(tokens.size(), cases.size());
   ASSERT_EQ(outputs.size(), cases.size());
 
@@ -180,7 +166,7 @@ TEST_F(RealModel, FiveGrpoRolloutsRaiseHeldOutAccuracy) {
                                     metrics.string()}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<double> acc;
-  for (const auto& row : read_rows(metrics)) {
+  for (const auto& row : read_jsonl_rows(metrics)) {
     if (row.contains("eval/heldout")) acc.push_back(row["eval/heldout"].get<double>());
     // One optimizer step per rollout: the old policy is the step's own forward.
     EXPECT_EQ(row.at("train/ppo_kl").get<double>(), 0.0);
