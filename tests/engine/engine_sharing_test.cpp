@@ -148,12 +148,21 @@ TEST_F(EngineKvSharing, AbortingALeaderLeavesItsFollowersIntact) {
     std::vector<std::promise<GenerateOutput>> done(requests.size());
     std::vector<RequestId> ids;
     std::atomic<int> leader_tokens{0};
+    // The leader's third token holds the engine thread (steps run without the engine's lock)
+    // until the abort is in, so the leader cannot finish first however fast the machine is.
+    std::promise<void> abort_sent;
+    auto abort_sent_future = abort_sent.get_future().share();
+    std::promise<void> leader_at_three;
     engine->pause_generation();
     for (size_t i = 0; i < requests.size(); ++i) {
       ids.push_back(engine->submit(
           requests[i], [&, i](RequestId, GenerateOutput out) { done[i].set_value(std::move(out)); },
-          [&, i](RequestId, const std::vector<int64_t>& t, const std::vector<float>&) {
-            if (i == 0) leader_tokens += static_cast<int>(t.size());
+          [&, i, when](RequestId, const std::vector<int64_t>& t, const std::vector<float>&) {
+            if (i != 0 || when != 1) return;
+            leader_tokens += static_cast<int>(t.size());
+            if (leader_tokens != 3) return;
+            leader_at_three.set_value();
+            abort_sent_future.wait_for(std::chrono::seconds(60));
           }));
     }
     if (when == 0) {
@@ -161,8 +170,10 @@ TEST_F(EngineKvSharing, AbortingALeaderLeavesItsFollowersIntact) {
     }
     engine->continue_generation();
     if (when == 1) {
-      while (leader_tokens < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ASSERT_EQ(leader_at_three.get_future().wait_for(std::chrono::seconds(60)),
+                std::future_status::ready);
       EXPECT_TRUE(engine->abort(ids[0]));
+      abort_sent.set_value();
     }
     std::vector<GenerateOutput> outs;
     for (auto& d : done) outs.push_back(d.get_future().get());
