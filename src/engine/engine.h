@@ -47,9 +47,9 @@ struct SamplingParams {
   // Each draw depends on the seed and the drawn token's position only, whatever the batch, so
   // continuing prompt + the first k output tokens with the same seed reproduces the rest of the
   // output (SGLang's sampling_seed). The logits are not batch-invariant in every kernel (the
-  // GEMM path depends on the rows in the step: skinny_linear.h), so a request run in another
-  // batch can differ where a last-bit logit change moves a draw across a token boundary; the same
-  // requests queued together (submit_all, generate) give the same output in every run.
+  // GEMM path depends on the rows in the step: kernels/inference_linear.h), so a request run in
+  // another batch can differ where a last-bit logit change moves a draw across a token boundary;
+  // the same requests queued together (submit_all, generate) give the same output in every run.
   std::optional<uint64_t> seed;
   // Text-output options (SGLang's): they change the decoded text, never the ids.
   bool skip_special_tokens = true;  // drop special tokens from decoded text
@@ -127,8 +127,9 @@ struct EngineOptions {
   bool fused_kernels = true;
   // bf16 weights of 1M elements and more also kept in oneDNN's GEMM layout, for the GEMMs of 8
   // rows and more (kernels/packed_linear.h): "auto" = on a CPU whose oneDNN runs bf16 on AMX
-  // tiles (1.26-1.58x faster GEMMs at 8..128 rows), while the weights and their copies take at most
-  // half of what mem_fraction_static gives weights and cache; "on" = wherever oneDNN is present;
+  // tiles (there oneDNN no longer re-lays the weight out per call), while the weights and their
+  // copies take at most half of what mem_fraction_static gives weights and cache; "on" =
+  // wherever oneDNN is present;
   // "off". Costs a second copy of those weights' bytes (counted before the KV cache is sized)
   // and a repack of every weight an update writes.
   std::string prepack_weights = "auto";

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/decode_attention.h"
-#include "kernels/skinny_linear.h"
+#include "kernels/inference_linear.h"
 #include "models/layers.h"
 
 namespace furlong::engine {
@@ -64,8 +64,8 @@ at::Tensor cached_attention(const at::Tensor& q_nNH, const at::Tensor& k_LKH,
 
 // The single-token decodes of a step, attended together. On CPU with SDPA (fp32 or bf16) the
 // kernel kernels::decode_attention reads each sequence's cached rows in place (`in_place`: every
-// decode, a lone one too; 2.6-8x faster than the gather + SDPA below in fp32 at Qwen3-0.6B's
-// heads, DecodeAttention.DISABLED_ReportThroughput). Otherwise each sequence's cached keys are
+// decode, a lone one too; no gathered, padded copy, so faster than the gather + SDPA below:
+// DecodeAttention.DISABLED_ReportThroughput). Otherwise each sequence's cached keys are
 // gathered into a [B, L_max] table (padded with its own slot 0, masked out) for masked_attention,
 // and a lone decode takes cached_attention's unpadded path.
 struct DecodeBatch {

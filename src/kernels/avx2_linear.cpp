@@ -141,8 +141,8 @@ FURLONG_AVX2 FURLONG_TILE void rows(const Operands<WT>& o, int64_t f) {
 // One input row: kTileW1 weight rows per tile, so that as many independent FMA chains hide the
 // FMA latency (a tile of 4 would leave the two FMA pipes waiting half the time). No software
 // prefetch here: 8 sequential row streams are what the hardware prefetcher follows best, and
-// prefetching the next 8 rows into L1 (96 KB at D = 3072) measured 1.5x slower at D = 3072;
-// from 2 rows on, prefetching measured 10-15% faster (Avx2Linear.DISABLED_ReportThroughput).
+// prefetching the next 8 rows into L1 (96 KB at D = 3072) overflows it and was slower; from 2
+// rows on, prefetching is faster (Avx2Linear.DISABLED_ReportThroughput).
 template <class WT>
 FURLONG_AVX2 void slab(const Operands<WT>& o, int64_t f_begin, int64_t f_end) {
   int64_t f = f_begin;

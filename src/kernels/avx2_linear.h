@@ -7,7 +7,7 @@
 // vectors and 1 weight vector, the 16 registers AVX2 has. The 4 weight rows (16 KB at D = 1024)
 // stay in L1 while every input row passes over them, so weights are read from memory once per
 // call; per 8 elements of d it loads 7 vectors for 12 FMAs, where skinny_linear's 4 x 2 tile
-// loads 6 for 8 (at 32 rows, 1.2x skinny_linear's speed; skinny_linear.cpp gives the figures).
+// loads 6 for 8 (Avx2Linear.DISABLED_ReportThroughput times the two).
 //
 // Each output element is the same instruction sequence whatever M, the tile it falls in or the
 // thread count: 8 lane sums over d in order (FMAs), a zero-padded tail, then a fixed lane
@@ -15,9 +15,9 @@
 // batch (batch invariance), and its error is within gamma_D * sum_d |x_d w_d| (+1 term for the
 // bias). bf16 weights widen to fp32 exactly.
 //
-// inference_linear (skinny_linear.h) routes fp32 inputs here on such CPUs, at the shapes its
-// comment lists. Shapes (legend in docs/architecture.md): M = input rows, D = input width,
-// F = output width.
+// inference_linear (inference_linear.h) routes fp32 inputs here on such CPUs, at the shapes its
+// table of thresholds gives. Shapes (legend in docs/architecture.md): M = input rows, D = input
+// width, F = output width.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kTileW = 4;      // weight rows per register tile
 constexpr int kTileX = 6;      // fp32: input rows per register tile (24 accumulators)
-constexpr int kTileXBf16 = 4;  // bf16: 16 accumulators (6 rows measured 10-30% slower)
+constexpr int kTileXBf16 = 4;  // bf16: 16 accumulators (a tile of 6 rows was slower)
 constexpr int kTileW1 = 8;     // weight rows per tile when there is one input row
 constexpr bool kPrefetch = true;
 
@@ -217,8 +217,8 @@ FURLONG_AVX512_BF16 FURLONG_TILE void tile_bf16(const Operands<uint16_t, uint16_
 }
 
 // Every input row against TW weight rows. Unlike the fp32 path, every tile prefetches the next
-// weight tile, not only the first: on the bf16 vocabulary head at 8..32 rows that measured
-// 15-20% faster (Avx512Linear.DISABLED_ReportThroughput, alternating binaries).
+// weight tile, not only the first: faster on the bf16 vocabulary head at 8..32 rows
+// (Avx512Linear.DISABLED_ReportThroughput).
 template <int TW>
 FURLONG_AVX512_BF16 FURLONG_TILE void rows_bf16(const Operands<uint16_t, uint16_t, uint16_t>& o,
                                                 int64_t f) {

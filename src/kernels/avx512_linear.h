@@ -18,11 +18,10 @@
 // The lane sums of four weight rows are reduced together (reduce4 in the .cpp), the same
 // additions for every position.
 //
-// inference_linear (skinny_linear.h) routes here, on AVX-512 CPUs: small bf16 weights (an MoE
-// expert's projections) at up to 16 rows, dense weights at 2..16 rows (fp32: 2..64), and a
-// vocabulary head at 2 rows and more (bf16 x bf16: from one row, the head up to 32). Those are
-// the shapes where it measured faster than oneDNN / MKL (Avx512Linear.DISABLED_ReportThroughput,
-// Qwen3-0.6B, 2 threads, Zen 4); beyond them oneDNN's packed GEMM is as fast or faster.
+// inference_linear (inference_linear.h) routes here on AVX-512 CPUs at the shapes its table of
+// thresholds gives: small bf16 weights (an MoE expert's projections), dense weights and the
+// vocabulary head up to a row count; beyond it oneDNN's packed GEMM is as fast
+// (Avx512Linear.DISABLED_ReportThroughput compares them).
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once

@@ -213,8 +213,8 @@ FURLONG_INLINE void attend_one_lanes(const Operands<T>& o, int64_t b, int64_t g,
 // queries are widened into the same order once, so each score is the same H products summed in
 // another order (an even and an odd chain, then the fixed lane sum: within the same bound), and
 // each output element is still the in-order sum over l of w_l v_lh, put back in element order
-// at the end. Against attend_one_lanes on bf16 (Qwen3-0.6B heads, B = 64, 2 threads): 1.5x
-// faster with the rows in cache, 10-20% with them in memory (L = 96..512).
+// at the end. Faster than attend_one_lanes on bf16, most with the rows in cache
+// (DecodeAttention.DISABLED_ReportThroughput).
 
 // Writes the P even/odd vector pairs of one row back in element order: out[32c + 2i] = even[c][i],
 // out[32c + 2i + 1] = odd[c][i].

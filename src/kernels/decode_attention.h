@@ -34,8 +34,8 @@ at::Tensor decode_attention(const at::Tensor& q_BNH, const at::Tensor& k_SKH,
 
 // cache_SKH[slots_P[p]] = rows_PKH[p] for every p, as cache_SKH.index_copy_(0, slots_P,
 // rows_PKH) does (slots distinct): the engine's write of a step's new keys or values, one copy
-// of H elements per (token, KV head), where index_copy_'s general strided loop is slower
-// (Qwen3-0.6B, 64 tokens into a head-major bf16 cache: ~75 us a call). Supported: a CPU cache
+// of H elements per (token, KV head), where index_copy_ runs its general strided loop over
+// every element of the head-major cache. Supported: a CPU cache
 // whose rows of H are contiguous, rows of the same dtype and [P, K, H] shape, int64 CPU slots.
 bool write_cache_rows_supported(const at::Tensor& cache_SKH, const at::Tensor& slots_P,
                                 const at::Tensor& rows_PKH);

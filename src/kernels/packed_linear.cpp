@@ -11,7 +11,6 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/skinny_linear.h"
 
 namespace furlong::kernels {
 namespace {
@@ -31,14 +30,6 @@ const c10::OperatorHandle* reorder_op() {
 const c10::OperatorHandle* linear_op() {
   static const c10::OperatorHandle* op = find_op("mkldnn::_linear_pointwise");
   return op;
-}
-
-// The route inference_linear leaves to at::linear (skinny_linear.cpp checks the same in order).
-bool left_to_at_linear(int64_t rows, const at::Tensor& x_MD, const at::Tensor& w_FD) {
-  return !inference_linear_takes_bf16_dot(rows, x_MD, w_FD) &&
-         !inference_linear_takes_avx512(rows, x_MD, w_FD) &&
-         !inference_linear_takes_avx2(rows, x_MD, w_FD) &&
-         !inference_linear_takes_skinny(rows, x_MD, w_FD);
 }
 
 }  // namespace
@@ -118,18 +109,6 @@ int64_t PackedWeights::bytes() const {
   int64_t total = 0;
   for (const auto& [key, e] : entries_) total += e.rows * e.cols * 2;
   return total;
-}
-
-at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F,
-                            const PackedWeights* weights) {
-  if (weights != nullptr && x_MD.dim() == 2 && x_MD.scalar_type() == at::kBFloat16 &&
-      x_MD.is_cpu() && !at::GradMode::is_enabled()) {
-    const at::Tensor* packed = weights->find(w_FD);
-    if (packed != nullptr && left_to_at_linear(x_MD.size(0), x_MD, w_FD)) {
-      return packed_linear(x_MD, *packed, b_F);
-    }
-  }
-  return inference_linear(x_MD, w_FD, b_F);
 }
 
 bool packed_linear_pays_off(c10::ScalarType dtype, const c10::Device& device) {

@@ -4,10 +4,8 @@
 // call: one more read and write of every weight per GEMM. A weight reordered once at load costs
 // a second copy of its bytes and saves that pass; the GEMM itself is oneDNN's same kernel, so
 // the outputs equal at::linear's up to the summation order oneDNN picks for each layout.
-//
-// Measured on a 2-core Xeon (Emerald Rapids, AMX), 2 threads, the 196 dense weights of
-// Qwen3-0.6B in bf16 per pass (1.19 GB, out of cache): 1.26-1.58x faster than at::linear at
-// 8..128 rows (PackedLinear.DISABLED_ReportThroughput).
+// PackedLinear.DISABLED_ReportThroughput times it against at::linear over a model's weights
+// (figures: docs/results/2026-12-07-engine.md).
 //
 // Shapes (legend in docs/architecture.md): M = input rows, D = input width, F = output width.
 #pragma once
@@ -62,13 +60,6 @@ class PackedWeights {
   };
   std::unordered_map<const void*, Entry> entries_;  // by w_FD's TensorImpl
 };
-
-// The engine's inference GEMM with packed weights: `packed` rows (8 and more, where
-// inference_linear would otherwise call at::linear's bf16 GEMM on an AMX CPU) go to
-// packed_linear when `weights` has w_FD; everything else to inference_linear (skinny_linear.h).
-// `weights` may be null.
-at::Tensor inference_linear(const at::Tensor& x_MD, const at::Tensor& w_FD, const at::Tensor& b_F,
-                            const PackedWeights* weights);
 
 // Whether the engine should pack its weights by default: bf16 on a CPU whose oneDNN runs bf16
 // GEMMs on AMX tiles (core/dtype.h cpu_has_amx_bf16), with packed_linear_available().

@@ -17,6 +17,7 @@
 #include "common/tolerances.h"
 #include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
+#include "kernels/inference_linear.h"
 #include "kernels/skinny_linear.h"
 #include "linear_checks.h"
 

@@ -16,7 +16,7 @@
 
 #include "common/tolerances.h"
 #include "kernels/avx512_linear.h"
-#include "kernels/skinny_linear.h"
+#include "kernels/inference_linear.h"
 #include "linear_checks.h"
 
 namespace furlong::kernels {

@@ -15,8 +15,8 @@
 
 #include "common/tolerances.h"
 #include "core/dtype.h"
+#include "kernels/inference_linear.h"
 #include "kernels/packed_linear.h"
-#include "kernels/skinny_linear.h"
 #include "linear_checks.h"
 
 namespace furlong::kernels {

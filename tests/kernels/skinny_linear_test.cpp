@@ -1,6 +1,7 @@
-// The engine's inference GEMM (kernels/skinny_linear.h) against an fp64 reference, with the
-// worst-case bound of a D-term fp32 dot product: |y - y_ref| <= gamma_D * sum_d |x_d w_d|
-// (Higham, 3.1; any summation order), plus one bf16 rounding of the output for bf16 inputs.
+// The engine's inference GEMM (kernels/inference_linear.h) and skinny_linear against an fp64
+// reference, with the worst-case bound of a D-term fp32 dot product: |y - y_ref| <= gamma_D * sum_d
+// |x_d w_d| (Higham, 3.1; any summation order), plus one bf16 rounding of the output for bf16
+// inputs.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "core/dtype.h"
 #include "kernels/avx2_linear.h"
 #include "kernels/avx512_linear.h"
+#include "kernels/inference_linear.h"
 #include "kernels/skinny_linear.h"
 
 namespace furlong::kernels {
@@ -73,7 +75,7 @@ TEST(SkinnyLinear, InferenceLinearTakesEveryPathWithinTheBound) {
             0.0);
 }
 
-// The routing rule of skinny_linear.h on AVX-512 CPUs: fp32 dense weights (1M elements and
+// The routing rule of inference_linear.h on AVX-512 CPUs: fp32 dense weights (1M elements and
 // more) at 1..64 rows and an fp32 vocabulary head at any number (bf16: dense 1..16, the head
 // 1..32, both 1..7 on AMX CPUs) go to avx512_linear, bit for bit its result; small weights and
 // 65+ rows of fp32 dense weights do not.
@@ -157,6 +159,43 @@ TEST(SkinnyLinear, InferenceLinearSendsDecodeShapesToTheAvx2KernelWithoutAvx512)
                           avx2_linear(x_rows, w_G[g], {})))
         << "group " << g;
   }
+}
+
+// inference_linear_kernel names the first of the rule's parts that takes a shape, and the
+// libraries' GEMMs only where none does.
+TEST(SkinnyLinear, InferenceLinearKernelIsTheFirstPartOfTheRuleThatTakesTheShape) {
+  const std::vector<at::Tensor> weights = {at::randn({64, 256}), at::randn({1024, 1024}),
+                                           at::randn({32768, 32}), at::randn({4096, 8192})};
+  for (const auto& w32 : weights) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      auto w = w32.to(dtype);
+      auto x = at::randn({1, w.size(1)}).to(dtype);
+      for (int64_t rows : {0, 1, 2, 7, 8, 16, 17, 32, 33, 64, 65, 256, 257}) {
+        LinearKernel want = LinearKernel::kAtenLinear;
+        if (inference_linear_takes_bf16_dot(rows, x, w)) {
+          want = LinearKernel::kAvx512Bf16Dot;
+        } else if (inference_linear_takes_avx512(rows, x, w)) {
+          want = LinearKernel::kAvx512;
+        } else if (inference_linear_takes_avx2(rows, x, w)) {
+          want = LinearKernel::kAvx2;
+        } else if (inference_linear_takes_skinny(rows, x, w)) {
+          want = LinearKernel::kSkinny;
+        }
+        const LinearKernel got = inference_linear_kernel(rows, x, w);
+        if (want != LinearKernel::kAtenLinear || dtype == at::kBFloat16) {
+          EXPECT_EQ(got, want) << w.sizes() << " " << dtype << " rows " << rows;
+        } else {
+          EXPECT_TRUE(got == LinearKernel::kAtenLinear || got == LinearKernel::kOneDnn ||
+                      got == LinearKernel::kMklTransposed)
+              << w.sizes() << " rows " << rows;
+        }
+      }
+    }
+  }
+  // Past every kernel's rows, the largest fp32 weights go to MKL as W x^T.
+  c10::InferenceMode guard;
+  EXPECT_EQ(inference_linear_kernel(65, at::empty({1, 8192}), at::empty({4097, 8192})),
+            LinearKernel::kMklTransposed);
 }
 
 // The grouped call is the per-group loop the MoE layer would otherwise run, bit for bit: each
