@@ -17,14 +17,14 @@ std::string dtype_name(c10::ScalarType dtype);
 
 // Whether `device` computes bf16 natively: CUDA, or a CPU with AVX512-BF16 or AMX-BF16 (from
 // /proc/cpuinfo) whose ATen kernels are not capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2 or
-// default stands for a CPU without them). Without it, ATen/oneDNN emulate bf16 GEMMs, about
-// 4x slower than fp32 on an AVX2 CPU.
+// default stands for a CPU without them). Without it, ATen/oneDNN emulate bf16 GEMMs, slower
+// than fp32.
 bool has_native_bf16(const c10::Device& device);
 
 // Whether oneDNN's bf16 GEMMs on this CPU run on AMX tiles: /proc/cpuinfo lists amx_bf16, ATen
 // is not capped below AVX-512 (as above), and ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), where
-// set, still allows AMX. There oneDNN's bf16 GEMM runs several times faster than AVX512-BF16
-// dot products from a few input rows on (kernels::inference_linear routes by it).
+// set, still allows AMX. There oneDNN's bf16 GEMM overtakes AVX512-BF16 dot products from a
+// few input rows on (kernels::inference_linear routes by it).
 bool cpu_has_amx_bf16();
 
 // The compute dtype that "auto" means, the same rule for the trainer and the engine:

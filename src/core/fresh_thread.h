@@ -3,10 +3,11 @@
 // Why: libgomp (ATen's OpenMP runtime) keeps a pool of worker threads for every thread that
 // has started a parallel region, for as long as that thread lives, and once the pools together
 // hold more threads than the process has CPUs, every waiting worker spins only ~100 times
-// before sleeping in the kernel. Each later parallel region then pays a kernel wake-up: about
-// 60 us on a 2-core VM, measured, against about 1 us when one thread owns the only pool. The
-// rollout engine starts a few hundred parallel regions per decode step, so a model loaded on
-// the caller's thread (which then lives on, holding its pool) slowed batch-1 decode by a third.
+// before sleeping in the kernel. Each later parallel region then pays a kernel wake-up, far
+// more than a region costs when one thread owns the only pool
+// (OpenmpPool.DISABLED_ReportRegionCostWithAndWithoutASecondPool). The rollout engine starts a
+// few hundred parallel regions per decode step, so a model loaded on the caller's thread (which
+// then lives on, holding its pool) slows decode.
 // Work done here leaves no pool behind: the thread's pool goes when the thread exits. The engine
 // runs its load and its control operations (weight updates, release/resume, digests, prompt
 // log-probs: called from HTTP handler or trainer threads) this way.

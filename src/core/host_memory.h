@@ -3,7 +3,7 @@
 //
 // On CPU the big tensors of a step (gathered parameters, logits, gradients) are allocated and
 // freed every step. With glibc's defaults each one is a fresh mmap whose 4 KiB pages fault in
-// one by one, which costs 10-20% of a ~100M-parameter FSDP step (bench/results/fsdp_bench.json).
+// one by one, a visible share of an FSDP step on CPU (bench/results/fsdp_bench.json).
 // furlong therefore asks libtorch for transparent huge pages on allocations of 2 MiB and more
 // (THP_MEM_ALLOC_ENABLE=1, read by c10 at its first large allocation) and fixes glibc's mmap
 // threshold at 2 MiB, so large blocks go back to the kernel on free (no heap growth) and come
