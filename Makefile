@@ -6,7 +6,7 @@
 #   make bench   build, then run the side-by-side benchmarks (writes bench/results/*.json)
 #   make demo    build, then GRPO makes SmolLM2-135M-Instruct better at addition (held-out eval)
 #   make demo-tiny  build, then SFT + GRPO on a tiny random model (a minute or two)
-#   make lint    clang-format check, file sizes, flags named in comments
+#   make lint    clang-format check, file sizes, flags named in comments, commit subjects
 #   make cuda-check  compile the CUDA-only sources against a CUDA libtorch (.venv-cuda, build-cuda)
 #   make device-check-dry-run  scripts/device_check.sh on CPU (tiny shapes; CUDA parts skipped)
 #   make tidy    clang-tidy (bugprone, performance) on the files changed since origin/main

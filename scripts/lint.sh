@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Conventions checked by machine: clang-format, file-size caps, flags named in comments.
+# Conventions checked by machine: clang-format, file-size caps, flags named in comments, commit
+# subjects of at most 100 characters.
 # (The layering rule is enforced by the build itself: cmake/FurlongTargets.cmake.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +10,5 @@ if [ -n "$files" ]; then
 fi
 python3 scripts/check_file_sizes.py
 python3 scripts/check_comment_flags.py
+python3 scripts/check_commit_subjects.py
 echo "lint: ok"
