@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/host_block_cache.h"
 #include "core/log.h"
+#include "core/tensor_checks.h"
 #include "engine/device_memory.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
@@ -133,6 +134,11 @@ void Engine::update_weights_from_disk(const std::string& hf_dir, int64_t version
                 }()),
                 where, ": holds ", named.size(),
                 " tensors, which is not the served model's parameter count");
+  // The trainer's weight sync refuses non-finite weights; a checkpoint on disk gets the same.
+  for (const auto& [name, t] : named) {
+    FURLONG_CHECK(all_finite(t), where, ": tensor '", name,
+                  "' holds NaN or inf values; the served weights are unchanged");
+  }
   impl_->with_scheduler_held([&] {
     impl_->copy_weights(named);
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -35,6 +35,8 @@ void check_shard_name(const std::string& shard, const std::string& tensor,
 // weight_map of an index file, grouped by shard file name.
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index_path) {
   const std::string where = index_path.string();
+  std::error_code ec;  // a FIFO or device would block or never end the read
+  FURLONG_CHECK(fs::is_regular_file(index_path, ec), where, ": not a regular file");
   Json index = read_json_file(index_path);
   FURLONG_CHECK(index.is_object(), where, ": expected a JSON object, got ", json_type_name(index));
   auto weight_map = index.find("weight_map");

@@ -75,14 +75,21 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile::~SafetensorsFile() = default;
 
-// Maps a whole regular file of at least 8 bytes read-only.
+// Maps a whole regular file of at least 8 bytes read-only. The type is checked before the open:
+// opening a FIFO blocks until a writer appears. O_NONBLOCK keeps an open that races a swap to a
+// FIFO from blocking too (it changes nothing for a regular file); fstat then refuses it.
 std::shared_ptr<const SafetensorsFile::Mapping> SafetensorsFile::map_file(const fs::path& path) {
   const std::string where = path.string();
-  ScopedFd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  FURLONG_CHECK(file.fd >= 0, where, ": cannot open for reading (", errno_text(errno), ")");
   struct stat st {};
+  FURLONG_CHECK(::stat(path.c_str(), &st) == 0, where, ": cannot open for reading (",
+                errno_text(errno), ")");
+  FURLONG_CHECK(S_ISREG(st.st_mode), where,
+                ": not a regular file (a safetensors file must be one)");
+  ScopedFd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  FURLONG_CHECK(file.fd >= 0, where, ": cannot open for reading (", errno_text(errno), ")");
   FURLONG_CHECK(::fstat(file.fd, &st) == 0, where, ": cannot stat (", errno_text(errno), ")");
-  FURLONG_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
+  FURLONG_CHECK(S_ISREG(st.st_mode), where,
+                ": not a regular file (a safetensors file must be one)");
   const auto size = static_cast<uint64_t>(st.st_size);
   FURLONG_CHECK(size >= kLengthPrefixBytes, where, ": file is ", size,
                 " bytes, too short to hold the 8-byte header length (truncated?)");

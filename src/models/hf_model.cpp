@@ -103,6 +103,8 @@ Json read_hf_config(const std::filesystem::path& dir) {
                 ": not a directory (expected a HF model directory with config.json)");
   FURLONG_CHECK(std::filesystem::exists(path), path.string(),
                 ": not found (expected a HF model directory)");
+  std::error_code ec;  // a FIFO or device would block or never end the read
+  FURLONG_CHECK(std::filesystem::is_regular_file(path, ec), path.string(), ": not a regular file");
   Json config = read_json_file(path);
   if (config.is_object() && holds_weights(dir)) {
     auto weights = io::HfWeights::open(dir);

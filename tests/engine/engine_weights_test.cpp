@@ -4,11 +4,16 @@
 // must show in the digest.
 #include <ATen/ATen.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
+#include <limits>
 #include <thread>
 
 #include "common/test_util.h"
@@ -105,6 +110,48 @@ TEST_F(EngineWeights, BadUpdatesChangeNothing) {
   });
   EXPECT_NE(msg.find("model.nope.weight"), std::string::npos) << msg;
   EXPECT_EQ(engine->weights_digest(), digest);
+}
+
+// A checkpoint on disk gets the trainer's finiteness check: one NaN is refused naming the tensor,
+// and the served weights stay as they were.
+TEST_F(EngineWeights, NonFiniteWeightsFromDiskAreRefusedNamingTheTensor) {
+  auto engine = Engine::load(old_dir_->string(), small_engine_options());
+  auto digest = engine->weights_digest();
+  auto before = outputs_of(*engine);
+  models::LoadOptions o;
+  o.dtype = at::kFloat;
+  auto model = models::load_hf_model(*new_dir_, o);
+  auto named = model->named_weights();
+  const std::string bad = named[2].first;
+  named[2].second.detach().view(-1)[3] = std::numeric_limits<float>::quiet_NaN();
+  const auto dir = furlong::testing::scratch_dir() / "nan";
+  models::save_hf_model(*model, dir, at::kBFloat16);
+  auto msg = furlong::testing::error_of([&] { engine->update_weights_from_disk(dir.string(), 5); });
+  EXPECT_NE(msg.find("tensor '" + bad + "' holds NaN or inf values"), std::string::npos) << msg;
+  EXPECT_EQ(engine->weights_digest(), digest);
+  EXPECT_EQ(engine->weight_version(), 0);
+  EXPECT_EQ(outputs_of(*engine), before);
+}
+
+// A FIFO named model.safetensors is refused at once (opening it would wait for a writer).
+// Bounded: if the update hangs, the test fails and then unblocks it by opening the writer side.
+TEST_F(EngineWeights, FifoWeightsFileIsRefusedWithoutBlocking) {
+  auto engine = Engine::load(old_dir_->string(), small_engine_options());
+  const auto dir = furlong::testing::scratch_dir() / "fifo";
+  fs::create_directories(dir);
+  fs::copy_file(*new_dir_ / "config.json", dir / "config.json");
+  const auto fifo = dir / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto update = std::async(std::launch::async, [&] {
+    return furlong::testing::error_of([&] { engine->update_weights_from_disk(dir.string()); });
+  });
+  if (update.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "update_weights_from_disk blocked on a FIFO";
+    int writer = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    if (writer >= 0) ::close(writer);
+  }
+  auto msg = update.get();
+  EXPECT_NE(msg.find(fifo.string() + ": not a regular file"), std::string::npos) << msg;
 }
 
 // Two "processes" as two threads, each with its own c10d store client and Gloo group: the

@@ -1,6 +1,12 @@
 // Malformed safetensors files: each must fail with a furlong::Error that names the file and
 // the specific problem.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
 
 #include "common/test_util.h"
 #include "io/io_test_util.h"
@@ -183,6 +189,25 @@ TEST(SafetensorsErrors, MissingFileAndDirectory) {
   EXPECT_HAS(msg, "nope.safetensors: cannot open for reading (No such file or directory)");
   msg = error_of([&] { SafetensorsFile::open(dir); });
   EXPECT_HAS(msg, dir.string() + ": not a regular file");
+}
+
+// Opening a FIFO for reading blocks until a writer appears: it must be refused before the open.
+// Bounded: if the open hangs, the test fails and then unblocks it by opening the writer side.
+TEST(SafetensorsErrors, FifoIsRefusedWithoutBlocking) {
+  auto path = furlong::testing::scratch_dir() / "model.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async,
+                           [&] { return error_of([&] { SafetensorsFile::open(path); }); });
+  if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "opening a FIFO blocked";
+    int writer = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (writer >= 0) ::close(writer);
+  }
+  EXPECT_HAS(opened.get(), path.string() + ": not a regular file");
+}
+
+TEST(SafetensorsErrors, DeviceFileIsRefused) {
+  EXPECT_HAS(error_of([] { SafetensorsFile::open("/dev/zero"); }), "/dev/zero: not a regular file");
 }
 
 }  // namespace
