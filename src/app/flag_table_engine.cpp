@@ -37,7 +37,7 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
         "requests with the same prompt share its KV blocks and one prefill (same tokens; "
         "--no-prefix-sharing turns it off, like SGLang's --disable-radix-cache)");
   f.add("context-length", &e.context_length,
-        "max prompt + generated tokens (0 = the model's max_position_embeddings)");
+        "max prompt + generated tokens, > 0 (0 = the model's max_position_embeddings)");
   f.add("num-threads", &e.num_threads, "CPU threads for tensor math (0 = libtorch default)");
   f.add("exact-logprobs", &e.exact_logprobs,
         "report log-probs bit-identical to the trainer's recomputation (one extra prefill of "

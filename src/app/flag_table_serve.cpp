@@ -21,7 +21,8 @@ void register_flags(config::FlagSet& f, ServeOptions& o) {
   f.add("api-key", &o.api_key,
         "require 'Authorization: Bearer <key>' on every endpoint except /health*");
   f.add("max-concurrent-requests", &o.max_concurrent_requests,
-        "HTTP handler threads: connections served at once (a generation holds one until done)");
+        "HTTP handler threads: connections served at once, 1 to 4096 (a generation holds one "
+        "until done)");
   f.add("max-request-bytes", &o.max_request_bytes,
         "largest request body accepted; larger ones are answered 413 before they are read");
   f.add("paused-request-timeout", &o.paused_request_timeout_s,

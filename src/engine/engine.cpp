@@ -149,6 +149,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
                 "engine: max_running_requests must be positive, got ",
                 options.max_running_requests);
   FURLONG_CHECK(options.max_prefill_tokens > 0, "engine: max_prefill_tokens must be positive");
+  FURLONG_CHECK(options.context_length >= 0,
+                "engine: --context-length must be > 0, or 0 for the model's "
+                "max_position_embeddings; got ",
+                options.context_length);
   FURLONG_CHECK(options.prepack_weights == "auto" || options.prepack_weights == "on" ||
                     options.prepack_weights == "off",
                 "engine: --prepack-weights must be auto, on or off, got '", options.prepack_weights,
@@ -343,6 +347,11 @@ void Engine::Impl::validate(const GenerateRequest& r) const {
                   "] = ", r.input_ids[i], " is outside the vocabulary [0, ", vocab, ")");
   }
   const auto& p = r.sampling;
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
+    FURLONG_CHECK(p.stop_token_ids[i] >= 0 && p.stop_token_ids[i] < vocab,
+                  "generate: stop_token_ids[", i, "] = ", p.stop_token_ids[i],
+                  " is outside the vocabulary [0, ", vocab, ")");
+  }
   FURLONG_CHECK(p.temperature >= 0, "generate: temperature must be >= 0, got ", p.temperature);
   FURLONG_CHECK(p.top_p > 0 && p.top_p <= 1, "generate: top_p must be in (0, 1], got ", p.top_p);
   FURLONG_CHECK(p.min_p >= 0 && p.min_p < 1, "generate: min_p must be in [0, 1), got ", p.min_p);

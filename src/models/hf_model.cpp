@@ -80,6 +80,18 @@ void check_fields_against_checkpoint(const Json& config, const io::HfWeights& we
                   "model.layers.0.mlp.gate_proj.weight is " + shape_string(shape));
     }
   }
+  // q_proj is [num_attention_heads * head_dim, hidden_size]: head_dim follows from its rows.
+  auto heads = config.find("num_attention_heads");
+  if (weights.contains("model.layers.0.self_attn.q_proj.weight") && heads != config.end() &&
+      heads->is_number_integer() && heads->get<int64_t>() > 0) {
+    const auto& shape = weights.info("model.layers.0.self_attn.q_proj.weight").shape;
+    const int64_t n = heads->get<int64_t>();
+    if (shape.size() == 2 && shape[0] % n == 0) {
+      check_field(config, "head_dim", shape[0] / n, where,
+                  "model.layers.0.self_attn.q_proj.weight is " + shape_string(shape) + " for " +
+                      std::to_string(n) + " attention heads");
+    }
+  }
 }
 
 // /proc/meminfo's MemAvailable in bytes; nullopt when it cannot be read.

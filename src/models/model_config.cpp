@@ -15,6 +15,25 @@ int64_t positive_field(const Json& json, const char* key, int64_t fallback,
   return v;
 }
 
+// The special-token fields transformers reads from config.json: eos_token_id is an id or a list
+// of ids, pad_token_id an id; either may be null or absent. Only their types are checked: some
+// published conversions write -1 for "no pad token".
+void check_special_token_fields(const Json& json, const std::string& where) {
+  auto is_id = [](const Json& v) { return v.is_number_integer(); };
+  if (auto eos = json.find("eos_token_id"); eos != json.end() && !eos->is_null()) {
+    const bool ok =
+        is_id(*eos) || (eos->is_array() && std::all_of(eos->begin(), eos->end(), is_id));
+    FURLONG_CHECK(ok, where,
+                  ": field 'eos_token_id' must be an integer token id or a list of them, got ",
+                  json_type_name(*eos), " ", json_excerpt(*eos));
+  }
+  if (auto pad = json.find("pad_token_id"); pad != json.end() && !pad->is_null()) {
+    FURLONG_CHECK(is_id(*pad), where,
+                  ": field 'pad_token_id' must be an integer token id or null, got ",
+                  json_type_name(*pad), " ", json_excerpt(*pad));
+  }
+}
+
 // transformers v5 writes "rope_parameters"; older files have "rope_theta" at the top level and
 // an optional "rope_scaling" dict ("type" or "rope_type").
 RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta,
@@ -162,12 +181,18 @@ ModelConfig parse_decoder_config(const Json& json, const std::string& where,
   c.head_dim = *head_dim;
   FURLONG_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, where,
                 ": head_dim must be a positive even number, got ", c.head_dim);
+  // RoPE tables are head_dim wide: a corrupted value would allocate gigabytes before any
+  // parameter count is checked.
+  FURLONG_CHECK(c.head_dim <= kMaxHeadDim, where, ": field 'head_dim' is ", c.head_dim,
+                ", beyond furlong's limit of ", kMaxHeadDim,
+                " (published models use 64 to 256); is the file corrupted?");
   c.max_position_embeddings =
       positive_field(json, "max_position_embeddings", defaults.max_position_embeddings, where);
   c.rms_norm_eps = json_get_or<double>(json, "rms_norm_eps", defaults.rms_norm_eps, where);
   FURLONG_CHECK(c.rms_norm_eps > 0, where, ": rms_norm_eps must be positive");
   c.initializer_range = json_get_or<double>(json, "initializer_range", 0.02, where);
   c.tie_word_embeddings = json_get_or<bool>(json, "tie_word_embeddings", false, where);
+  check_special_token_fields(json, where);
 
   std::string act = json_get_or<std::string>(json, "hidden_act", "silu", where);
   FURLONG_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu)");

@@ -105,6 +105,7 @@ ParameterEstimate estimate_parameters(const ModelConfig& c);
 // Sanity limits on what a config may describe, far above any published model, so that a
 // corrupted config.json fails with a message instead of an allocation of terabytes.
 inline constexpr int64_t kMaxHiddenLayers = 10000;
+inline constexpr int64_t kMaxHeadDim = 65536;
 inline constexpr double kMaxParameters = 1e13;
 
 // Reads the Llama-family fields with `defaults` for absent ones, validates them (positive

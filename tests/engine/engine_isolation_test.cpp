@@ -1,6 +1,7 @@
 // One request's failure must end only that request: a max_new_tokens near 2^63 (whose sum with
 // the prompt length used to overflow, pass the context check and then fail the whole step) is
-// rejected at submit, and a step that fails for one sequence (here its token callback throws)
+// rejected at submit (as are stop token ids outside the vocabulary and a negative context
+// length at load), and a step that fails for one sequence (here its token callback throws)
 // finishes that sequence with an error while the others run to completion.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 
 #include "common/test_util.h"
 #include "engine_test_util.h"
+#include "models/causal_lm.h"
 
 namespace furlong::engine {
 namespace {
@@ -43,6 +45,34 @@ TEST_F(EngineIsolation, MaxNewTokensNearTwoToThe63IsRejectedAtSubmit) {
   auto out = engine->generate(greedy_requests({{1, 2, 3}}, 12))[0];
   EXPECT_EQ(out.finish_reason, FinishReason::kLength);
   EXPECT_EQ(out.output_ids.size(), 12u);
+}
+
+TEST_F(EngineIsolation, NegativeContextLengthIsRejectedAtLoad) {
+  auto options = small_engine_options();
+  options.context_length = -5;
+  auto msg = furlong::testing::error_of([&] { Engine::load(dir_->string(), options); });
+  EXPECT_NE(msg.find("--context-length must be > 0, or 0 for the model's max_position_embeddings; "
+                     "got -5"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(EngineIsolation, StopTokenIdsOutsideTheVocabularyAreRejectedAtSubmit) {
+  auto engine = Engine::load(dir_->string(), small_engine_options());
+  const int64_t vocab = engine->model().config().vocab_size;
+  for (int64_t bad : {vocab, int64_t{-1}}) {
+    auto request = greedy_requests({{1, 2, 3}}, 4)[0];
+    request.sampling.stop_token_ids = {1, bad};
+    auto msg = furlong::testing::error_of(
+        [&] { engine->submit(request, [](RequestId, GenerateOutput) {}, {}); });
+    EXPECT_NE(msg.find("generate: stop_token_ids[1] = " + std::to_string(bad) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab) + ")"),
+              std::string::npos)
+        << msg;
+  }
+  auto request = greedy_requests({{1, 2, 3}}, 4)[0];
+  request.sampling.stop_token_ids = {vocab - 1};
+  EXPECT_NE(engine->generate({request})[0].finish_reason, FinishReason::kAbort);
 }
 
 TEST_F(EngineIsolation, AFailingRequestEndsAloneAndTheOthersFinish) {

@@ -139,6 +139,33 @@ TEST(Models, ConfigErrorsNameTheFileAndField) {
   EXPECT_NE(msg.find("hidden_act 'gelu' is not supported"), std::string::npos) << msg;
 }
 
+// eos_token_id: an id or a list of ids; pad_token_id: an id or null. Anything else names the field.
+TEST(Models, SpecialTokenFieldsMustBeTokenIds) {
+  struct Case {
+    const char* field;
+    Json value;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"eos_token_id", true,
+                             "'eos_token_id' must be an integer token id or "
+                             "a list of them, got boolean true"},
+                        Case{"eos_token_id", {1, "2"}, "'eos_token_id' must be an integer"},
+                        Case{"pad_token_id", Json::array(),
+                             "'pad_token_id' must be an integer "
+                             "token id or null, got array []"}}) {
+    auto cfg = small_config();
+    cfg[c.field] = c.value;
+    auto msg = error_of([&] { create_model(cfg, "c.json"); });
+    EXPECT_NE(msg.find(std::string("c.json: field ") + c.expected), std::string::npos) << msg;
+  }
+  for (const Json& eos : {Json(2), Json({1, 2}), Json(nullptr)}) {
+    auto cfg = small_config();
+    cfg["eos_token_id"] = eos;
+    cfg["pad_token_id"] = eos.is_array() ? Json(nullptr) : eos;
+    EXPECT_NO_THROW(create_model(cfg, "c.json")) << eos.dump();
+  }
+}
+
 TEST(Models, OldAndNewRopeSpellingsAgree) {
   auto old_style = small_config("LlamaForCausalLM");
   old_style["rope_theta"] = 500000.0;
@@ -306,9 +333,10 @@ uint64_t peak_rss() {
 }
 
 // A corrupted config.json (hidden_size=1e9 would allocate terabytes; num_hidden_layers=1e6
-// grew a parameter list until bad_alloc) fails at once, naming the field, before anything is
-// allocated: against the checkpoint when there is one (loading, training), by the sanity limits
-// and the memory estimate when there is none (init-model).
+// grew a parameter list until bad_alloc; head_dim=1e9 built gigabytes of RoPE tables) fails at
+// once, naming the field, before anything is allocated: against the checkpoint when there is one
+// (loading, training), by the sanity limits and the memory estimate when there is none
+// (init-model).
 TEST(Models, CorruptedConfigSizesFailFastNamingTheFieldBeforeAllocating) {
   auto dir = testing::scratch_dir();
   save_hf_model(*random_model(small_config(), 1), dir / "m", at::kFloat);
@@ -320,7 +348,8 @@ TEST(Models, CorruptedConfigSizesFailFastNamingTheFieldBeforeAllocating) {
   };
   for (const Case& c : {Case{"hidden_size", 1e9, "but the checkpoint has 32"},
                         Case{"num_hidden_layers", 1e6, "but the checkpoint has 2"},
-                        Case{"vocab_size", 1000000000, "but the checkpoint has 50"}}) {
+                        Case{"vocab_size", 1000000000, "but the checkpoint has 50"},
+                        Case{"head_dim", 1000000000, "but the checkpoint has 8"}}) {
     SCOPED_TRACE(c.field);
     auto cfg = original;
     cfg[c.field] = c.value;
@@ -359,6 +388,12 @@ TEST(Models, CorruptedConfigSizesFailFastNamingTheFieldBeforeAllocating) {
   cfg["num_hidden_layers"] = 1000000;
   msg = error_of([&] { init_model_checks(cfg); });
   EXPECT_NE(msg.find("tiny.json: field 'num_hidden_layers' is 1000000, beyond furlong's limit"),
+            std::string::npos)
+      << msg;
+  cfg = small_config();
+  cfg["head_dim"] = 1000000000;  // RoPE's inverse frequencies alone would take gigabytes
+  msg = error_of([&] { init_model_checks(cfg); });
+  EXPECT_NE(msg.find("tiny.json: field 'head_dim' is 1000000000, beyond furlong's limit"),
             std::string::npos)
       << msg;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));

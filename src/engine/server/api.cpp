@@ -136,6 +136,17 @@ void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
   }
 }
 
+void check_stop_token_ids(const std::vector<int64_t>& ids, const ModelLimits& limits,
+                          const std::string& where) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+      bad_request(where + ": stop_token_ids[" + std::to_string(i) +
+                  "] = " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                  std::to_string(limits.vocab_size) + ")");
+    }
+  }
+}
+
 // SGLang sampling_params -> engine sampling + text options. Keys only about text rendering are
 // taken out here; the rest goes to the engine's strict parser.
 SamplingParams sample_sampling(const SamplingParams& params, int64_t j) {
@@ -296,6 +307,7 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
     if (call.stream && n > 1) bad_request(where + ": 'stream' serves one sample (n = 1)");
     params.top_logprobs_num = call.top_logprobs_num;
     check_prompt(prompts[i], params.max_new_tokens, limits, item_where);
+    check_stop_token_ids(params.stop_token_ids, limits, item_where + " sampling_params");
     call.prompt_lengths.push_back(prompts[i].size());
     for (int64_t j = 0; j < n; ++j) {
       GenerateItem item;

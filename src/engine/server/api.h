@@ -134,6 +134,9 @@ SamplingParams sample_sampling(const SamplingParams& params, int64_t j);
 // Non-empty, ids in the vocabulary, prompt + max_new_tokens within the context (400 otherwise).
 void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
                   const ModelLimits& limits, const std::string& where);
+// Every stop token id in the vocabulary (400 naming stop_token_ids[i] otherwise).
+void check_stop_token_ids(const std::vector<int64_t>& ids, const ModelLimits& limits,
+                          const std::string& where);
 // A token's text for log-prob listings (may be a partial UTF-8 sequence, replaced).
 std::string token_text(const tokenizer::Tokenizer& tokenizer, int64_t id);
 

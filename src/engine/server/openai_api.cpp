@@ -137,6 +137,7 @@ void parse_choices_and_stream(const J& body, const std::string& where, OpenAiCal
 void add_items(OpenAiCall& call, std::vector<std::vector<int64_t>> prompts, const Json& sampling,
                const ModelLimits& limits, const std::string& where) {
   auto [params, text] = parse_sampling(sampling, where);
+  check_stop_token_ids(params.stop_token_ids, limits, where);
   params.top_logprobs_num = call.logprobs ? call.top_logprobs : 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     check_prompt(prompts[i], params.max_new_tokens, limits,
@@ -156,13 +157,22 @@ void add_items(OpenAiCall& call, std::vector<std::vector<int64_t>> prompts, cons
 // A completions prompt: a string, a list of strings, token ids, or a list of token-id lists.
 std::vector<std::vector<int64_t>> completion_prompts(const Json& prompt,
                                                      const tokenizer::Tokenizer& tokenizer,
-                                                     OpenAiCall& call, const std::string& where) {
+                                                     int64_t vocab_size, OpenAiCall& call,
+                                                     const std::string& where) {
   auto from_text = [&](const Json& text) {
     call.prompt_texts.push_back(text.get<std::string>());
     return as_bad_request([&] { return tokenizer.encode(text.get<std::string>(), true); });
   };
   auto from_ids = [&](const Json& ids, const std::string& field) {
     auto v = as_bad_request([&] { return json_as<std::vector<int64_t>>(ids, field, where); });
+    // Checked before decoding: the tokenizer's own error would not name the field.
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] < 0 || v[i] >= vocab_size) {
+        bad_request(where + ": '" + field + "' must hold token ids in [0, " +
+                    std::to_string(vocab_size) + "), got " + std::to_string(v[i]) + " at index " +
+                    std::to_string(i));
+      }
+    }
     call.prompt_texts.push_back(as_bad_request([&] { return tokenizer.decode(v, false); }));
     return v;
   };
@@ -364,7 +374,7 @@ OpenAiCall parse_completion(const Json& body, const tokenizer::Tokenizer& tokeni
                "no echo)");
   }
   if (!body.contains("prompt")) bad_request(where + ": required field 'prompt' is missing");
-  auto prompts = completion_prompts(body["prompt"], tokenizer, call, where);
+  auto prompts = completion_prompts(body["prompt"], tokenizer, limits.vocab_size, call, where);
   add_items(call, std::move(prompts), openai_sampling(body, where, 16), limits, where);
   return call;
 }

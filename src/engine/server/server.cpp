@@ -381,9 +381,10 @@ void EngineServer::Impl::install_hooks() {
 EngineServer::EngineServer(std::shared_ptr<EngineBackend> backend, ServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(backend), std::move(options))) {
   FURLONG_CHECK(impl_->backend != nullptr, "EngineServer: no engine backend");
-  FURLONG_CHECK(impl_->options.max_concurrent_requests >= 1,
-                "--max-concurrent-requests must be >= 1, got ",
-                impl_->options.max_concurrent_requests);
+  FURLONG_CHECK(impl_->options.max_concurrent_requests >= 1 &&
+                    impl_->options.max_concurrent_requests <= kMaxConcurrentRequests,
+                "--max-concurrent-requests must be in [1, ", kMaxConcurrentRequests,
+                "] (one handler thread each), got ", impl_->options.max_concurrent_requests);
   FURLONG_CHECK(impl_->options.max_request_bytes >= 1024,
                 "--max-request-bytes must be >= 1024, got ", impl_->options.max_request_bytes);
   FURLONG_CHECK(impl_->options.paused_request_timeout_s >= 0 &&

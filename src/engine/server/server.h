@@ -19,6 +19,9 @@ namespace furlong::engine::server {
 // 64 MiB: a batch of 256 prompts of 32k token ids as JSON text fits; a body is held in memory
 // once per connection being served.
 inline constexpr int64_t kDefaultMaxRequestBytes = int64_t{64} << 20;
+// Handler threads are all started with the listener; beyond what the process may create, that
+// start would end in std::terminate, so the count is bounded up front.
+inline constexpr int64_t kMaxConcurrentRequests = 4096;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless asked otherwise
