@@ -298,8 +298,16 @@ TEST(Models, SavedDirectoryReloadsIdenticallyAndLoadErrorsNameTheTensor) {
   cfg["head_dim"] = 16;
   write_file_atomic(dir / "m" / "config.json", cfg.dump());
   msg = error_of([&] { load_hf_model(dir / "m"); });
-  EXPECT_NE(msg.find("tensor 'model.layers.0.self_attn.q_proj.weight' has shape [32, 32] but "
-                     "config.json implies [64, 32]"),
+  EXPECT_NE(msg.find("config.json: field 'head_dim' is 16 but the checkpoint has 8 "
+                     "(model.layers.0.self_attn.q_proj.weight is [32, 32] for 4 attention heads)"),
+            std::string::npos)
+      << msg;
+  cfg = original;
+  cfg["num_key_value_heads"] = 4;  // not compared up front: the per-tensor shape check names it
+  write_file_atomic(dir / "m" / "config.json", cfg.dump());
+  msg = error_of([&] { load_hf_model(dir / "m"); });
+  EXPECT_NE(msg.find("tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 32] but "
+                     "config.json implies [32, 32]"),
             std::string::npos)
       << msg;
 
