@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "backend/fsdp_backend.h"
 #include "bench_main.h"
 #include "config/flags.h"
 #include "core/dtype.h"
@@ -23,7 +24,6 @@
 #include "core/host_memory.h"
 #include "core/json_util.h"
 #include "dist/process_group.h"
-#include "train/fsdp_backend.h"
 
 namespace furlong {
 namespace {
@@ -109,7 +109,7 @@ int run(const std::vector<std::string>& args) {
   const int world = groups->world().size();
   FURLONG_CHECK(o.docs % world == 0, "--docs ", o.docs, " must be a multiple of the world size ",
                 world);
-  train::TrainOptions t;
+  backend::BackendOptions t;
   t.model.hf_checkpoint = o.hf_checkpoint;
   t.model.gradient_checkpointing = o.gradient_checkpointing;
   t.parallel.dp_replicate_size = o.dp_replicate_size;
@@ -117,12 +117,12 @@ int run(const std::vector<std::string>& args) {
   t.precision.compute_dtype = o.compute_dtype;
   t.precision.keep_fp32_master = o.keep_fp32_master;
   t.optimizer.lr = 1e-5;
-  t.batch.loss_type = train::LossType::kSftLoss;
+  t.batch.loss_type = backend::LossType::kSftLoss;
   t.batch.micro_batch_size = o.micro_batch_size > 0 ? o.micro_batch_size : o.docs / world;
-  t.derived.global_batch_size = o.docs;
-  t.derived.num_rollout = t.derived.train_iters = o.warmup + o.iters;
+  t.global_batch_size = o.docs;
+  t.train_iters = o.warmup + o.iters;
 
-  train::FsdpBackend backend(t, *groups);
+  backend::FsdpBackend backend(t, *groups);
   backend.init();
   auto samples = make_samples(o, backend.model().model().config().vocab_size);
   auto& mesh = backend.mesh();

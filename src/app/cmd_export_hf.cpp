@@ -1,7 +1,7 @@
 // furlong export-hf --load DIR --out HF_DIR: a training checkpoint as a HF model directory.
 #include "app/common.h"
 #include "core/dtype.h"
-#include "train/checkpoint.h"
+#include "backend/checkpoint.h"
 
 namespace furlong::app {
 
@@ -13,7 +13,7 @@ int run_export_hf(const std::vector<std::string>& args) {
   if (!flags.parse(args)) return 0;
   std::optional<c10::ScalarType> dtype;
   if (!o.dtype.empty()) dtype = parse_dtype(o.dtype, "--dtype");
-  train::export_hf(o.load, o.iteration, o.out, dtype);
+  backend::export_hf(o.load, o.iteration, o.out, dtype);
   return 0;
 }
 

@@ -35,15 +35,17 @@ int spawn_node_ranks(const dist::Placement& p, const std::vector<std::string>& a
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
-  train::TrainOptions o;
+  TrainCommandOptions command;
+  auto& o = command.train;
   config::FlagSet flags("furlong train",
                         "RL (--loss-type policy_loss, default) or SFT (--loss-type sft) of a HF "
                         "model with the FSDP backend (run on every rank: torchrun "
                         "--no-python ..., srun, furlong launch, or --actor-num-gpus-per-node).");
-  register_flags(flags, o);
+  register_flags(flags, command);
   if (!flags.parse(args)) return 0;
   {  // Fails fast, before any rank starts; its lines come once, from the run's rank 0 below.
     auto checked = o;
+    apply_miles_compat(command.compat, checked, /*log=*/false);
     train::prepare_options_before_launch(checked, /*log=*/false);
   }
   const auto& place = o.placement;
@@ -57,6 +59,7 @@ int run_train(const std::vector<std::string>& args) {
                                      dist::process_env());
     if (p.spawn_local_ranks) return spawn_node_ranks(p, args);
   }
+  apply_miles_compat(command.compat, o, is_first_rank_of_launch());
   train::prepare_options_before_launch(o, is_first_rank_of_launch());
   apply_runtime_options({.num_threads = o.logging.num_threads});
   if (o.batch.loss_type == train::LossType::kPolicyLoss) return train::run_rl(o);

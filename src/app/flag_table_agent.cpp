@@ -3,7 +3,7 @@
 
 namespace furlong::app {
 
-void add_agent_flags(config::FlagSet& f, train::AgentOptions& a) {
+void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
   f.set_group("Agent episodes (multi-turn, docs/agents.md)");
   f.add("agent-env-url", &a.agent_env_url,
         "environment server (http://host:port[/path]): every sample becomes a multi-turn "

@@ -1,5 +1,5 @@
 // Flags of the rollout engines' placement (part of the flag table, see flag_table.cpp); the
-// layout they describe is computed by train/engine_layout.h.
+// layout they describe is computed by rollout/engine_layout.h.
 #include "app/flag_table_rollout.h"
 
 namespace furlong::app {

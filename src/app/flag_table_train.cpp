@@ -294,7 +294,7 @@ void add_checkpoint_flags(config::FlagSet& f, train::CheckpointOptions& c,
 // miles flags whose mechanism furlong does not have: accepted so miles' launch scripts run as
 // written; train::prepare_options_before_launch logs what is used instead, or fails naming the
 // flag where its value asks for something furlong cannot do.
-void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
+void add_miles_compat_flags(config::FlagSet& f, MilesCompatOptions& c) {
   f.set_group("miles compatibility (accepted, logged; see docs/training.md)");
   f.add("sglang-attention-backend", &c.sglang_attention_backend,
         "SGLang attention kernels (fa3, flashinfer, ...): the engine runs sdpa");
@@ -393,7 +393,8 @@ void add_miles_compat_flags(config::FlagSet& f, train::MilesCompatOptions& c) {
 
 }  // namespace
 
-void register_flags(config::FlagSet& f, train::TrainOptions& o) {
+void register_flags(config::FlagSet& f, TrainCommandOptions& command) {
+  auto& o = command.train;
   add_model_flags(f, o.model, o.parallel);
   add_parallel_flags(f, o.parallel, o.precision);
   add_optimizer_flags(f, o.optimizer);
@@ -408,7 +409,7 @@ void register_flags(config::FlagSet& f, train::TrainOptions& o) {
   add_algorithm_flags(f, o.algorithm);
   add_moe_flags(f, o.moe);
   add_checkpoint_flags(f, o.checkpoint, o.logging);
-  add_miles_compat_flags(f, o.compat);
+  add_miles_compat_flags(f, command.compat);
   add_placement_flags(f, o.placement);
   register_migration_flags(f, o);
 }

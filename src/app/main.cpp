@@ -43,7 +43,7 @@ const std::vector<Command>& commands() {
       {"init-model", "write a randomly initialized HF model directory from a config",
        run_init_model, flags_of<InitModelOptions>},
       {"train", "RL (GRPO and relatives) or SFT of a HF model with the FSDP backend, on every rank",
-       run_train, flags_of<train::TrainOptions>},
+       run_train, flags_of<TrainCommandOptions>},
       {"launch", "start N local ranks of a command (torchrun's environment)", run_launch,
        flags_of<LaunchFlags>},
       {"export-hf", "write a HF model directory from a training checkpoint", run_export_hf,

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <ATen/Context.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -114,6 +116,19 @@ c10::ScalarType parse_compute_dtype(std::string_view name, c10::ScalarType prefe
   auto dtype = parse_dtype(name, where);
   if (reason) *reason = dtype_name(dtype) + " (" + where + ")";
   return dtype;
+}
+
+std::string trainer_dtype_name(bool fp16, const std::string& compute_dtype,
+                               const std::string& device_type) {
+  if (fp16) return "float16";
+  const c10::Device device(device_type.empty() ? (at::hasCUDA() ? "cuda" : "cpu") : device_type);
+  return dtype_name(parse_compute_dtype(compute_dtype, c10::kBFloat16, device, "--compute-dtype"));
+}
+
+std::string rl_engine_dtype_name(bool fp16, const std::string& compute_dtype,
+                                 const std::string& device_type) {
+  const auto name = trainer_dtype_name(fp16, compute_dtype, device_type);
+  return name == "float16" ? "auto" : name;
 }
 
 }  // namespace furlong

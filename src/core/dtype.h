@@ -39,4 +39,14 @@ c10::ScalarType parse_compute_dtype(std::string_view name, c10::ScalarType prefe
                                     const c10::Device& device, const std::string& where,
                                     std::string* reason = nullptr);
 
+// The dtype name ("bfloat16", "float16", "float32") an RL trainer computes in on `device_type`
+// ("cpu", "cuda"; "" = cuda when present, else cpu, the engine's default): float16 with --fp16,
+// else --compute-dtype `compute_dtype`, with auto = bf16 where native, else fp32.
+std::string trainer_dtype_name(bool fp16, const std::string& compute_dtype,
+                               const std::string& device_type);
+// The engine dtype of an RL run: the trainer's, so that trainer and engine log-probs come from
+// the same arithmetic, except with --fp16 ("auto": the engine computes in bf16 or fp32 only).
+std::string rl_engine_dtype_name(bool fp16, const std::string& compute_dtype,
+                                 const std::string& device_type);
+
 }  // namespace furlong

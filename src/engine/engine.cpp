@@ -27,7 +27,7 @@
 #include "core/fresh_thread.h"
 #include "core/log.h"
 #include "dist/process_group.h"
-#include "engine/device_memory.h"
+#include "core/device_memory.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "engine/paged_forward.h"

@@ -75,10 +75,11 @@ using TopLogprobs = std::vector<std::pair<int64_t, float>>;
 // skip_special_tokens, no_stop_trim). Unknown keys, wrong types and out-of-range values raise
 // furlong::Error naming `where` and the key.
 SamplingParams parse_sampling_params(const Json& json, const std::string& where);
-// The inverse for a request to a remote engine: the sampling fields (temperature, top_p, top_k,
-// min_p, max_new_tokens, ignore_eos, stop, stop_token_ids, sampling_seed). The text switches
-// (skip_special_tokens, no_stop_trim) are left to the server's defaults, as the RL loop reads
-// token ids and decodes them itself.
+// The inverse, the one codec of SamplingParams (engine servers, colocated engines): every field
+// parse_sampling_params reads (the seed as sampling_seed), so that parsing it back gives the same
+// params. Penalties and the text switches appear only when not at their defaults, so a default
+// request's payload is SGLang's usual one. top_logprobs_num is a request-level field in SGLang's
+// API and is not part of it.
 Json sampling_params_json(const SamplingParams& params);
 
 enum class FinishReason { kStop, kLength, kAbort };

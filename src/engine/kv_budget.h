@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/device_memory.h"
+#include "core/device_memory.h"
 
 namespace furlong::engine {
 

@@ -74,6 +74,8 @@ Json sampling_params_json(const SamplingParams& p) {
   if (p.presence_penalty != 0.0) j["presence_penalty"] = p.presence_penalty;
   if (p.repetition_penalty != 1.0) j["repetition_penalty"] = p.repetition_penalty;
   if (p.min_new_tokens != 0) j["min_new_tokens"] = p.min_new_tokens;
+  if (!p.skip_special_tokens) j["skip_special_tokens"] = false;
+  if (p.no_stop_trim) j["no_stop_trim"] = true;
   return j;
 }
 

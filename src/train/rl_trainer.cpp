@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "backend/backend.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/strings.h"
@@ -19,18 +20,25 @@
 #include "metrics/run_report.h"
 #include "reward/rewards.h"
 #include "rl/advantages.h"
+#include "rollout/background_rollout.h"
+#include "rollout/engine_layout.h"
+#include "rollout/rollout_collector.h"
+#include "rollout/rollout_engines.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "train/backend.h"
-#include "train/background_rollout.h"
 #include "train/driver.h"
-#include "train/engine_layout.h"
-#include "train/rollout_collector.h"
-#include "train/rollout_engines.h"
 
 namespace furlong::train {
 namespace {
 
+using backend::StepMetrics;
+using backend::TrainBackend;
+using rollout::BackgroundRollout;
+using rollout::EvalWhen;
+using rollout::RewardFn;
+using rollout::RolloutCollector;
+using rollout::RolloutEngines;
+using rollout::RolloutResult;
 using Metrics = std::map<std::string, double>;
 
 data::PromptDataOptions prompt_options(const TrainOptions& o, const std::string& path,
@@ -340,8 +348,8 @@ void start_driver(RlRun& run) {
     d.position = data_position(d);
     return;
   }
-  d.collector = std::make_unique<RolloutCollector>(o, *run.engines, *d.source, *d.tokenizer,
-                                                   make_reward_fn(o, *d.tokenizer));
+  d.collector = std::make_unique<RolloutCollector>(rollout_config(o), *run.engines, *d.source,
+                                                   *d.tokenizer, make_reward_fn(o, *d.tokenizer));
   restore_buffer(d.collector->partial_buffer(),
                  state.value("partial_rollout_buffer", Json::array()));
   d.position = data_position(d);
@@ -359,7 +367,7 @@ void start_rl_run(RlRun& run, TrainOptions options) {
   validate_options(o, run.world().size());
   FURLONG_CHECK(!o.data.prompt_data.empty(), "--prompt-data is required (a JSONL prompt file)");
   validate_rl_options(o);
-  validate_engine_layout(o.rollout, run.world().size());
+  rollout::validate_engine_layout(o.rollout, run.world().size());
   check_debug_and_offload(run);
   load_prompts(run);
   derive_batch_sizes(o, run.driver.dataset->size());
@@ -371,7 +379,7 @@ void start_rl_run(RlRun& run, TrainOptions options) {
              o.rollout.colocate ? "colocated" : "disaggregated");
   }
   if (run.training()) {
-    run.backend = make_backend(o, *run.groups);
+    run.backend = backend::make_backend(backend_options(o), *run.groups);
     run.start = run.backend->init();
   }
   run.stop = o.rollout.debug_exit_after_rollout
@@ -379,8 +387,9 @@ void start_rl_run(RlRun& run, TrainOptions options) {
                  : o.derived.num_rollout;
   const int rank = run.world().rank();
   if (run.generating()) {
-    run.engines =
-        o.rollout.colocate ? make_colocated_engines(o, *run.groups) : make_remote_engines(o, rank);
+    run.engines = o.rollout.colocate
+                      ? rollout::make_colocated_engines(rollout_config(o), *run.groups)
+                      : rollout::make_remote_engines(rollout_config(o), rank);
   }
   if (run.root()) start_driver(run);
 }
@@ -389,8 +398,10 @@ void start_rl_run(RlRun& run, TrainOptions options) {
 void sync_weights(RlRun& run, int64_t version) {
   if (!run.backend || !run.engines) return;  // debug modes: nothing to send, or no one to
   Stopwatch watch;
-  run.synced_bytes = run.engines->sync_weights(*run.backend, version,
-                                               run.options.rollout.check_weight_update_equal);
+  auto& backend = *run.backend;
+  run.synced_bytes =
+      run.engines->sync_weights([&](const WeightSink& sink) { backend.update_weights(sink); },
+                                version, run.options.rollout.check_weight_update_equal);
   run.synced_seconds = watch.seconds();
   if (run.root() && run.driver.collector) run.driver.collector->set_engine_weight_version(version);
 }

@@ -6,15 +6,17 @@
 #include <cstdio>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "dist/process_group.h"
-#include "train/backend.h"
 #include "train/driver.h"
 #include "train/sft_data.h"
 
 namespace furlong::train {
 namespace {
+
+using backend::StepMetrics;
 
 std::vector<rl::Sample> rollout_samples(const std::vector<rl::Sample>& data, int64_t rollout_id,
                                         const TrainOptions& o) {
@@ -73,7 +75,7 @@ int run_sft(TrainOptions o) {
              *o.data.rollout_batch_size, " samples, global batch ", o.derived.global_batch_size,
              ", ", o.derived.train_iters, " optimizer steps, ", world.size(), " rank(s)");
   }
-  auto backend = make_backend(o, *groups);
+  auto backend = furlong::backend::make_backend(backend_options(o), *groups);
   const int64_t start = backend->init();
   // The one-line step log below is SFT's console output; the logger feeds JSONL/TensorBoard.
   std::unique_ptr<metrics::MetricsLogger> logger;

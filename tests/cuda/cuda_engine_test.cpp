@@ -10,7 +10,7 @@
 
 #include "core/digest.h"
 #include "cuda_test_util.h"
-#include "engine/device_memory.h"
+#include "core/device_memory.h"
 #include "engine/engine.h"
 #include "models/hf_model.h"
 
@@ -67,7 +67,7 @@ AllocatorFigures allocator_figures(c10::Device device) {
   AllocatorFigures f;
   f.allocated = stats.allocated_bytes[kAllPools].current;
   f.reserved = stats.reserved_bytes[kAllPools].current;
-  f.free = engine::device_memory(device).available_bytes;  // empties the cache first
+  f.free = device_memory(device).available_bytes;  // empties the cache first
   return f;
 }
 #endif

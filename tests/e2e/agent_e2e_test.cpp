@@ -26,7 +26,7 @@
 #include "common/arith_task.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
-#include "train/env_client.h"
+#include "rollout/env_client.h"
 
 namespace furlong::testing {
 namespace {
@@ -165,7 +165,7 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
 TEST(AgentEndToEnd, TheReferenceEnvFollowsTheProtocol) {
   CalculatorEnvProcess env(scratch_dir());
   ASSERT_GT(env.port(), 0) << "the calculator env did not start";
-  train::EnvClient client({.url = env.url(), .timeout_s = 10, .max_retries = 0});
+  rollout::EnvClient client({.url = env.url(), .timeout_s = 10, .max_retries = 0});
   auto start = client.post("start", {{"sample", {{"index", 0}, {"label", "56088"}}}});
   ASSERT_TRUE(start.ok) << start.error;
   const std::string id = start.body["episode_id"];

@@ -42,9 +42,9 @@
 #include "models/hf_model.h"
 #include "models/logprobs.h"
 #include "rl/sample.h"
+#include "rollout/rollout_collector.h"
+#include "rollout/rollout_engines.h"
 #include "tokenizer/tokenizer.h"
-#include "train/rollout_collector.h"
-#include "train/rollout_engines.h"
 
 namespace furlong::engine {
 namespace {
@@ -476,11 +476,11 @@ TEST(EngineMoe, GenerateOverHttpReturnsSglangsRoutedExperts) {
 
 // A greedy rollout of every oracle prompt x 2 samples through `engines`: each sample carries
 // the engine's routing of prompt + response (rows = tokens), equal to transformers'.
-train::TrainOptions rollout_options(const MoeCase& c) {
-  train::TrainOptions o;
-  o.model.hf_checkpoint = model_dir(c);
-  o.moe.use_rollout_routing_replay = true;
-  o.precision.compute_dtype = "float32";  // the colocated engines' dtype
+rollout::RolloutConfig rollout_options(const MoeCase& c) {
+  rollout::RolloutConfig o;
+  o.engine.hf_checkpoint = model_dir(c);
+  o.engine.record_routing = true;
+  o.engine.compute_dtype = "float32";  // the colocated engines' dtype
   o.data.rollout_batch_size = static_cast<int64_t>(moe_prompts().size());
   o.data.n_samples_per_prompt = 2;
   o.rollout.rollout_temperature = 0.0;
@@ -489,8 +489,8 @@ train::TrainOptions rollout_options(const MoeCase& c) {
   return o;
 }
 
-std::vector<rl::Sample> collect_rollout(const train::TrainOptions& o,
-                                        train::RolloutEngines& engines) {
+std::vector<rl::Sample> collect_rollout(const rollout::RolloutConfig& o,
+                                        rollout::RolloutEngines& engines) {
   std::vector<data::Prompt> prompts;
   for (size_t i = 0; i < moe_prompts().size(); ++i) {
     data::Prompt p;
@@ -500,8 +500,8 @@ std::vector<rl::Sample> collect_rollout(const train::TrainOptions& o,
   }
   data::PromptDataset dataset(prompts, /*shuffle=*/false, 1);
   data::RolloutDataSource source(dataset, o.data.n_samples_per_prompt);
-  const auto tok = tokenizer::Tokenizer::from_directory(o.model.hf_checkpoint);
-  train::RolloutCollector collector(o, engines, source, tok, [](std::vector<rl::Sample*>& s) {
+  const auto tok = tokenizer::Tokenizer::from_directory(o.engine.hf_checkpoint);
+  rollout::RolloutCollector collector(o, engines, source, tok, [](std::vector<rl::Sample*>& s) {
     for (auto* sample : s) sample->raw_reward = 0;
   });
   return collector.collect().samples;
@@ -537,7 +537,7 @@ TEST(MoeRollout, RemoteEnginesFillTheSamplesRoutedExperts) {
   http.start();
   auto o = rollout_options(c);
   o.rollout.rollout_engine_urls = {http.url()};
-  auto engines = train::make_remote_engines(o, 0);
+  auto engines = rollout::make_remote_engines(o, 0);
   expect_rollout_routing(c, collect_rollout(o, *engines));
   engines.reset();
   http.stop();
@@ -561,7 +561,7 @@ TEST(MoeRollout, ColocatedEnginesCarryRoutedExpertsAcrossRanks) {
     dist::InitOptions init;
     init.backend = dist::Backend::kGloo;
     auto groups = dist::ProcessGroups::init(mine, init);
-    auto engines = train::make_colocated_engines(o, *groups);
+    auto engines = rollout::make_colocated_engines(o, *groups);
     engines->generation_phase(rank == 0, [&] {
       engines_seen = engines->num_engines();
       samples = collect_rollout(o, *engines);

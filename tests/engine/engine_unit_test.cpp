@@ -33,7 +33,7 @@ TEST(SamplingParams, ParsesSglangKeys) {
   EXPECT_EQ(parse_sampling_params(Json(), "req").temperature, 1.0);
 }
 
-TEST(SamplingParams, JsonForARemoteEngineParsesBackToTheSameSampling) {
+TEST(SamplingParams, JsonParsesBackToTheSameSamplingInEveryField) {
   SamplingParams p;
   p.temperature = 0.7;
   p.top_p = 0.9;
@@ -44,6 +44,12 @@ TEST(SamplingParams, JsonForARemoteEngineParsesBackToTheSameSampling) {
   p.stop = {"\n\n", "END"};
   p.stop_token_ids = {7, 11};
   p.seed = 1234;
+  p.frequency_penalty = 0.5;
+  p.presence_penalty = -0.25;
+  p.repetition_penalty = 1.25;
+  p.min_new_tokens = 3;
+  p.skip_special_tokens = false;
+  p.no_stop_trim = true;
   auto back = parse_sampling_params(sampling_params_json(p), "test");
   EXPECT_EQ(back.temperature, p.temperature);
   EXPECT_EQ(back.top_p, p.top_p);
@@ -54,6 +60,12 @@ TEST(SamplingParams, JsonForARemoteEngineParsesBackToTheSameSampling) {
   EXPECT_EQ(back.stop, p.stop);
   EXPECT_EQ(back.stop_token_ids, p.stop_token_ids);
   EXPECT_EQ(back.seed, p.seed);
+  EXPECT_EQ(back.frequency_penalty, p.frequency_penalty);
+  EXPECT_EQ(back.presence_penalty, p.presence_penalty);
+  EXPECT_EQ(back.repetition_penalty, p.repetition_penalty);
+  EXPECT_EQ(back.min_new_tokens, p.min_new_tokens);
+  EXPECT_EQ(back.skip_special_tokens, p.skip_special_tokens);
+  EXPECT_EQ(back.no_stop_trim, p.no_stop_trim);
   // Without a seed, none is sent (the server then draws one).
   p.seed.reset();
   EXPECT_FALSE(sampling_params_json(p).contains("sampling_seed"));

@@ -20,9 +20,9 @@
 
 #include "common/arith_task.h"
 #include "common/test_util.h"
+#include "common/train_test_util.h"
 #include "core/files.h"
 #include "core/json_util.h"
-#include "train_test_util.h"
 
 namespace furlong::train {
 namespace {

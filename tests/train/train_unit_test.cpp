@@ -14,18 +14,24 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/batching.h"
+#include "backend/checkpoint.h"
 #include "common/test_util.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "engine/server/client.h"
-#include "train/batching.h"
-#include "train/checkpoint.h"
+#include "rollout/rollout_engines.h"
 #include "train/options.h"
-#include "train/rollout_engines.h"
 #include "train/sft_data.h"
 
 namespace furlong::train {
 namespace {
+
+using namespace furlong::backend;
+
+std::unique_ptr<rollout::RolloutEngines> make_remote_engines(const TrainOptions& o, int rank) {
+  return rollout::make_remote_engines(rollout_config(o), rank);
+}
 
 namespace fs = std::filesystem;
 

@@ -3,13 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "backend/batching.h"
 #include "common/test_util.h"
+#include "common/train_test_util.h"
 #include "core/files.h"
-#include "train/batching.h"
 #include "train/options.h"
-#include "train_test_util.h"
 
 namespace furlong::train {
+using namespace furlong::backend;  // NOLINT: the tests of the layer below
 namespace {
 
 namespace fs = std::filesystem;

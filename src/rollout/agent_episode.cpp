@@ -1,0 +1,555 @@
+#include "rollout/agent_episode.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "data/observation_render.h"
+#include "data/sample_builder.h"
+#include "data/tool_calls.h"
+#include "rollout/engine_layout.h"
+#include "rollout/env_client.h"
+#include "rollout/rollout_engines.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace furlong::rollout {
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination of a and b
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A fixed set of threads running posted tasks (the env requests and the work between turns,
+// kept off the engines' threads); the destructor finishes the queue and joins.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int64_t threads) {
+    for (int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void work() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closing_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool closing_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// The prompt as chat messages: a message list as given, a string as one user message (it was
+// rendered under --apply-chat-template); an error for prompts sent without a template.
+OrderedJson prompt_messages(const rl::Sample& s, bool apply_chat_template) {
+  if (s.prompt.is_array()) return OrderedJson::parse(s.prompt.dump());
+  FURLONG_CHECK(s.prompt.is_string() && apply_chat_template, "sample ", s.index,
+                ": agent episodes render observations with the chat template, so the prompt "
+                "must be chat-templated too: use message-list prompts or --apply-chat-template");
+  return OrderedJson::array({{{"role", "user"}, {"content", s.prompt.get<std::string>()}}});
+}
+
+}  // namespace
+
+// One episode's state; only one thread works on an episode at a time (the turn's engine
+// callback hands it to the pool, which hands it to the driver to submit the next turn).
+struct AgentEpisodeRunner::Episode {
+  rl::Sample* sample = nullptr;
+  size_t group = 0;
+  int64_t engine = 0;
+  std::string episode_id;
+  OrderedJson history = OrderedJson::array();  // the conversation so far, as messages
+  int64_t turns = 0;
+  int64_t turn_budget = 0;  // max_new_tokens of the turn in flight
+  bool env_done = false;
+  std::optional<double> env_reward;
+  std::string last_text;  // the last turn's text (as graded: --rollout-skip-special-tokens)
+  int64_t tool_calls = 0, malformed = 0, env_errors = 0, timeouts = 0, masked_tokens = 0;
+  std::string error;                                    // the env failure that ended it, if any
+  std::unique_ptr<data::ObservationRenderer> renderer;  // with this sample's tools
+  bool ended = false;
+};
+
+// The shared state of one generate_groups call.
+struct AgentEpisodeRunner::Run {
+  RolloutEngines* engines = nullptr;
+  engine::SamplingParams params;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Episode*> to_submit;  // next turns, submitted by the driver thread
+  std::vector<int64_t> remaining;  // episodes still running, per group
+  std::deque<size_t> finished;     // groups whose episodes all ended, in completion order
+  std::vector<char> group_done;
+  int64_t active = 0;  // episodes not yet ended
+  bool stopping = false;
+  std::string error;  // the first internal error (raised on the driver thread)
+  std::unique_ptr<WorkerPool> pool;
+};
+
+AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
+                                       const tokenizer::Tokenizer& tokenizer)
+    : options_(options), tokenizer_(tokenizer) {
+  const auto& hf = options.engine.hf_checkpoint;
+  own_chat_ = options.data.chat_template_path
+                  ? std::make_unique<tokenizer::ChatFormatter>(hf, *options.data.chat_template_path)
+                  : std::make_unique<tokenizer::ChatFormatter>(hf);
+  chat_ = own_chat_.get();
+  env_ = std::make_unique<EnvClient>(
+      EnvClientOptions{.url = options.agent.agent_env_url.value_or(""),
+                       .timeout_s = options.agent.agent_env_timeout,
+                       .max_retries = static_cast<int>(options.agent.agent_env_max_retries)});
+}
+
+AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
+                                       const tokenizer::Tokenizer& tokenizer,
+                                       const tokenizer::ChatFormatter& chat)
+    : options_(options), tokenizer_(tokenizer), chat_(&chat) {
+  env_ = std::make_unique<EnvClient>(
+      EnvClientOptions{.url = options.agent.agent_env_url.value_or(""),
+                       .timeout_s = options.agent.agent_env_timeout,
+                       .max_retries = static_cast<int>(options.agent.agent_env_max_retries)});
+}
+
+AgentEpisodeRunner::~AgentEpisodeRunner() = default;
+
+void AgentEpisodeRunner::start_episode(Run& run, Episode& ep) {
+  const rl::Sample& s = *ep.sample;
+  ep.history = prompt_messages(s, options_.data.apply_chat_template);
+  OrderedJson extra = chat_template_kwargs(options_.data);
+  if (s.metadata.contains("tools")) extra["tools"] = OrderedJson::parse(s.metadata["tools"].dump());
+  ep.renderer = std::make_unique<data::ObservationRenderer>(*chat_, std::move(extra));
+  Json label = s.label.empty() ? Json(nullptr) : Json(s.label);
+  const Json payload = {{"sample",
+                         {{"index", s.index},
+                          {"group_index", s.group_index},
+                          {"prompt", s.prompt},
+                          {"label", label},
+                          {"metadata", s.metadata}}}};
+  EnvReply reply = env_->post("start", payload);
+  std::string error = reply.error;
+  if (reply.ok) {
+    if (auto id = parse_start_reply(reply.body, error)) ep.episode_id = *id;
+  }
+  if (ep.episode_id.empty()) {
+    ++ep.env_errors;
+    ep.timeouts += reply.timed_out ? 1 : 0;
+    ep.error = error;
+    end_episode(run, ep, reply.timed_out ? "env_timeout" : "env_error");
+    return;
+  }
+  queue_turn(run, ep);
+}
+
+// Sizes the next turn and hands it to the driver thread, or ends the episode when no token
+// budget is left.
+void AgentEpisodeRunner::queue_turn(Run& run, Episode& ep) {
+  const rl::Sample& s = *ep.sample;
+  const int64_t left = options_.agent.agent_max_episode_tokens - s.response_length;
+  const int64_t budget =
+      std::min(left, data::max_new_tokens_for(static_cast<int64_t>(s.tokens.size()), 0,
+                                              run.params.max_new_tokens,
+                                              options_.rollout.rollout_max_context_len));
+  if (budget <= 0) {
+    data::mark_no_budget(*ep.sample);  // TRUNCATED
+    end_episode(run, ep, "token_budget");
+    return;
+  }
+  ep.turn_budget = budget;
+  {
+    std::lock_guard<std::mutex> lock(run.mu);
+    run.to_submit.push_back(&ep);
+  }
+  run.cv.notify_all();
+}
+
+void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutput out) {
+  rl::Sample& s = *ep.sample;
+  const std::string text =
+      tokenizer_.decode(out.output_ids, options_.rollout.rollout_skip_special_tokens);
+  data::GeneratedResponse response{.token_ids = out.output_ids,
+                                   .log_probs = out.output_logprobs,
+                                   .finish_reason = engine::finish_reason_name(out.finish_reason),
+                                   .text = text,
+                                   .weight_version = out.weight_version};
+  data::append_response(s, response, ep.turn_budget);
+  s.metadata["weight_version"] = out.weight_version;
+  ++ep.turns;
+  ep.last_text = text;
+  if (out.finish_reason != engine::FinishReason::kStop) {
+    end_episode(run, ep, out.finish_reason == engine::FinishReason::kAbort ? "aborted" : "length");
+    return;
+  }
+  if (continue_after_turn(run, ep, tokenizer_.decode(out.output_ids, false),
+                          tokenizer_.decode(out.output_ids, true))) {
+    queue_turn(run, ep);
+  }
+}
+
+// After a completed turn: the env's answer (or furlong's, for a malformed call), the limits,
+// and the observation appended. False when the episode ended.
+bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::string& raw_text,
+                                             const std::string& text) {
+  const data::ParsedTurn parsed = data::parse_tool_calls(text);
+  OrderedJson observation;
+  if (parsed.malformed()) {
+    ++ep.malformed;
+    observation = OrderedJson::array(
+        {{{"role", "tool"}, {"content", "error: malformed tool call: " + parsed.error}}});
+  } else {
+    ep.tool_calls += static_cast<int64_t>(parsed.calls.size());
+    const Json payload = {
+        {"episode_id", ep.episode_id},
+        {"turn", ep.turns - 1},
+        {"message",
+         {{"role", "assistant"},
+          {"content", parsed.content},
+          {"tool_calls", Json::parse(data::tool_calls_json(parsed.calls).dump())}}},
+        {"text", text},
+        {"finish_reason", "stop"}};
+    EnvReply reply = env_->post("step", payload);
+    std::string error = reply.error;
+    std::optional<StepReply> step;
+    if (reply.ok) step = parse_step_reply(reply.body, error);
+    if (!step) {
+      ++ep.env_errors;
+      ep.timeouts += reply.timed_out ? 1 : 0;
+      ep.error = error;
+      end_episode(run, ep, reply.timed_out ? "env_timeout" : "env_error");
+      return false;
+    }
+    if (step->reward) ep.env_reward = step->reward;
+    if (step->done) {
+      ep.env_done = true;
+      end_episode(run, ep, "done");
+      return false;
+    }
+    observation = std::move(step->observation);
+  }
+  if (ep.turns >= options_.agent.agent_max_turns) {
+    ep.sample->status = rl::SampleStatus::kTruncated;
+    end_episode(run, ep, "turn_limit");
+    return false;
+  }
+  const std::string delta = ep.renderer->render(ep.history, raw_text, observation);
+  ep.history.push_back({{"role", "assistant"}, {"content", text}});
+  for (const auto& m : observation) ep.history.push_back(m);
+  const auto ids = tokenizer_.encode(delta, /*add_special_tokens=*/false);
+  const rl::Sample& s = *ep.sample;
+  // The observation only goes in with room for at least one more generated token: a sequence
+  // never ends in tokens the model does not train on.
+  const int64_t after = s.response_length + static_cast<int64_t>(ids.size());
+  const auto context = options_.rollout.rollout_max_context_len;
+  if (after >= options_.agent.agent_max_episode_tokens ||
+      (context && static_cast<int64_t>(s.tokens.size() + ids.size()) >= *context)) {
+    ep.sample->status = rl::SampleStatus::kTruncated;
+    end_episode(run, ep, "token_budget");
+    return false;
+  }
+  data::append_observation(*ep.sample, ids);
+  ep.masked_tokens += static_cast<int64_t>(ids.size());
+  return true;
+}
+
+void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& reason) {
+  rl::Sample& s = *ep.sample;
+  const bool env_failed = reason == "env_error" || reason == "env_timeout";
+  if (!ep.env_done && !ep.episode_id.empty() && !env_failed) {
+    // furlong ended it: the env may free its state and give a final reward.
+    EnvReply reply = env_->post("finish", {{"episode_id", ep.episode_id}, {"reason", reason}});
+    std::string error = reply.error;
+    std::optional<double> reward;
+    if (reply.ok) reward = parse_finish_reply(reply.body, error);
+    if (!error.empty()) {
+      ++ep.env_errors;
+      ep.timeouts += reply.timed_out ? 1 : 0;
+      LOG_WARN("sample ", s.index, ": ", error);
+    }
+    if (reward) ep.env_reward = reward;
+  }
+  if (env_failed) {
+    s.status = rl::SampleStatus::kAborted;
+    s.remove = true;  // nothing to learn from a broken episode
+    LOG_WARN("sample ", s.index, ": episode ended after ", ep.turns, " turn(s): ", ep.error);
+  }
+  s.response = ep.last_text;
+  Json record = {{"turns", ep.turns},         {"tool_calls", ep.tool_calls},
+                 {"malformed", ep.malformed}, {"env_errors", ep.env_errors},
+                 {"timeouts", ep.timeouts},   {"masked_tokens", ep.masked_tokens},
+                 {"end_reason", reason},      {"messages", Json::parse(ep.history.dump())}};
+  if (ep.env_reward) {
+    record["reward"] = *ep.env_reward;
+    s.raw_reward = *ep.env_reward;
+    s.reward = *ep.env_reward;
+  }
+  if (!ep.error.empty()) record["error"] = ep.error;
+  s.metadata["agent"] = std::move(record);
+  release(run, ep);
+}
+
+void AgentEpisodeRunner::release(Run& run, Episode& ep) {
+  if (ep.ended) return;
+  ep.ended = true;
+  {
+    std::lock_guard<std::mutex> lock(run.mu);
+    --run.active;
+    if (--run.remaining[ep.group] == 0) {
+      run.finished.push_back(ep.group);
+      run.group_done[ep.group] = 1;
+    }
+  }
+  run.cv.notify_all();
+}
+
+// Runs `step` of episode `ep` on the calling (pool) thread; an internal error (a template or
+// engine contract failure, not an env failure) ends the episode and is raised by the driver.
+void AgentEpisodeRunner::guarded(Run& run, Episode& ep, const std::function<void()>& step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(run.mu);
+      if (run.error.empty())
+        run.error = "sample " + std::to_string(ep.sample->index) + ": " + e.what();
+    }
+    ep.sample->status = rl::SampleStatus::kFailed;
+    release(run, ep);
+  }
+}
+
+void AgentEpisodeRunner::submit(Run& run, Episode& ep) {
+  const rl::Sample& s = *ep.sample;
+  engine::GenerateRequest request{.input_ids = s.tokens, .sampling = run.params};
+  request.sampling.max_new_tokens = ep.turn_budget;
+  // Per-sample, per-turn seeds: the same episode draws the same random numbers in a rerun,
+  // whatever shares the engine's batch (docs/agents.md says what that does and does not fix).
+  // (63 bits: servers take the seed as a non-negative integer.)
+  request.sampling.seed =
+      mix(mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.index)),
+          static_cast<uint64_t>(ep.turns)) >>
+      1;
+  Episode* target = &ep;
+  run.engines->submit_to(
+      ep.engine, std::move(request), [this, &run, target](engine::GenerateOutput out) {
+        // An engine thread: the work (env requests) goes to the pool.
+        auto shared = std::make_shared<engine::GenerateOutput>(std::move(out));
+        run.pool->post([this, &run, target, shared] {
+          guarded(run, *target, [&] { finish_turn(run, *target, std::move(*shared)); });
+        });
+      });
+}
+
+void AgentEpisodeRunner::generate_groups(RolloutEngines& engines,
+                                         std::vector<std::vector<rl::Sample>> groups,
+                                         const engine::SamplingParams& params,
+                                         const GroupConsumer& consume) {
+  Run run;
+  run.engines = &engines;
+  run.params = params;
+  run.remaining.resize(groups.size());
+  run.group_done.assign(groups.size(), 0);
+  const auto engine_of_group =
+      split_groups_over_engines(static_cast<int64_t>(groups.size()), engines.num_engines());
+  std::vector<std::unique_ptr<Episode>> episodes;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    run.remaining[gi] = static_cast<int64_t>(groups[gi].size());
+    for (auto& sample : groups[gi]) {
+      auto ep = std::make_unique<Episode>();
+      ep->sample = &sample;
+      ep->group = gi;
+      ep->engine = engine_of_group[gi];
+      episodes.push_back(std::move(ep));
+    }
+  }
+  run.active = static_cast<int64_t>(episodes.size());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {  // empty groups are done at once
+    if (run.remaining[gi] == 0) {
+      run.finished.push_back(gi);
+      run.group_done[gi] = 1;
+    }
+  }
+  run.pool = std::make_unique<WorkerPool>(std::clamp<int64_t>(
+      static_cast<int64_t>(episodes.size()), 1, options_.agent.agent_env_concurrency));
+  for (auto& ep : episodes) {
+    Episode* e = ep.get();
+    run.pool->post([this, &run, e] { guarded(run, *e, [&] { start_episode(run, *e); }); });
+  }
+  drive(run, groups, consume);
+  run.pool.reset();  // every episode has ended: the queue is empty
+  engines.rethrow_errors();
+  FURLONG_CHECK(run.error.empty(), "agent rollout: ", run.error);
+}
+
+// The driver thread: submits queued turns, dispatches them, and hands finished groups to
+// `consume` (in group order with several engines, so what is kept does not depend on timing).
+void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& groups,
+                               const GroupConsumer& consume) {
+  const bool in_order = run.engines->num_engines() > 1;
+  size_t next_in_order = 0;
+  auto ready = [&] {
+    return in_order ? next_in_order < groups.size() && run.group_done[next_in_order] != 0
+                    : !run.finished.empty();
+  };
+  int64_t total = 0;
+  for (const auto& g : groups) total += static_cast<int64_t>(g.size());
+  ProgressBar bar("episodes", total, "samples");
+  std::exception_ptr failure;
+  while (true) {
+    std::unique_lock<std::mutex> lock(run.mu);
+    run.cv.wait(lock, [&] { return !run.to_submit.empty() || ready() || run.active == 0; });
+    std::deque<Episode*> submits;
+    std::swap(submits, run.to_submit);
+    const bool stopping = run.stopping;
+    std::optional<size_t> take;
+    if (ready()) {
+      if (in_order) {
+        take = next_in_order++;
+      } else {
+        take = run.finished.front();
+        run.finished.pop_front();
+      }
+    }
+    const bool idle = submits.empty() && !take && run.active == 0;
+    lock.unlock();
+    if (idle) break;
+    for (Episode* ep : submits) {
+      if (stopping) {  // the consumer has enough: no new turns
+        run.pool->post([this, &run, ep] {
+          guarded(run, *ep, [&] {
+            ep->sample->status = rl::SampleStatus::kAborted;
+            end_episode(run, *ep, "aborted");
+          });
+        });
+      } else {
+        submit(run, *ep);
+      }
+    }
+    if (!submits.empty() && !stopping) run.engines->dispatch();
+    if (!take) continue;
+    bar.advance(static_cast<int64_t>(groups[*take].size()));
+    if (stopping) continue;  // aborted leftovers after the consumer had enough
+    bool enough = false;
+    try {
+      enough = consume(std::move(groups[*take]));
+    } catch (...) {  // raised once every episode has ended (they use this frame's state)
+      failure = std::current_exception();
+      enough = true;
+    }
+    if (enough) {
+      {
+        std::lock_guard<std::mutex> guard(run.mu);
+        run.stopping = true;
+      }
+      run.engines->abort_all();
+    }
+  }
+  bar.finish();
+  if (failure) std::rethrow_exception(failure);
+}
+
+std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
+    std::function<void(std::vector<rl::Sample*>&)> reward) {
+  return [reward = std::move(reward)](std::vector<rl::Sample*>& samples) {
+    std::vector<rl::Sample*> todo;
+    for (rl::Sample* s : samples) {
+      const bool env_graded =
+          s->metadata.contains("agent") && s->metadata["agent"].contains("reward");
+      if (!env_graded) todo.push_back(s);
+    }
+    if (todo.empty()) return;
+    if (reward) {
+      reward(todo);
+      return;
+    }
+    for (rl::Sample* s : todo) {
+      s->raw_reward = 0.0;
+      s->reward = 0.0;
+      // Aborted episodes (env failures, stopped rollouts) are counted elsewhere.
+      const bool counted = s->metadata.contains("agent") && s->status != rl::SampleStatus::kAborted;
+      if (counted) s->metadata["agent"]["reward_missing"] = true;
+    }
+  };
+}
+
+void add_agent_metrics(const std::vector<rl::Sample>& samples,
+                       std::map<std::string, double>& metrics) {
+  double episodes = 0, turns = 0, calls = 0, errors = 0, timeouts = 0, malformed = 0;
+  double missing = 0, masked = 0, response = 0;
+  for (const auto& s : samples) {
+    if (!s.metadata.contains("agent")) continue;
+    const Json& a = s.metadata["agent"];
+    episodes += 1;
+    turns += a.value("turns", 0.0);
+    calls += a.value("tool_calls", 0.0);
+    errors += a.value("env_errors", 0.0);
+    timeouts += a.value("timeouts", 0.0);
+    malformed += a.value("malformed", 0.0);
+    missing += a.value("reward_missing", false) ? 1.0 : 0.0;
+    masked += a.value("masked_tokens", 0.0);
+    response += static_cast<double>(s.response_length);
+  }
+  if (episodes == 0) return;
+  metrics["rollout/agent/turns"] = turns / episodes;
+  metrics["rollout/agent/tool_calls"] = calls / episodes;
+  metrics["rollout/agent/env_errors"] = errors;
+  metrics["rollout/agent/timeouts"] = timeouts;
+  metrics["rollout/agent/malformed_tool_calls"] = malformed;
+  metrics["rollout/agent/missing_reward"] = missing;
+  metrics["rollout/agent/masked_token_share"] = response > 0 ? masked / response : 0.0;
+}
+
+void validate_agent_options(const RolloutConfig& o) {
+  const auto& a = o.agent;
+  if (!a.agent_env_url) return;
+  FURLONG_CHECK(a.agent_max_turns >= 1, "--agent-max-turns must be >= 1, got ", a.agent_max_turns);
+  FURLONG_CHECK(a.agent_max_episode_tokens >= 1, "--agent-max-episode-tokens must be >= 1, got ",
+                a.agent_max_episode_tokens);
+  FURLONG_CHECK(a.agent_env_timeout > 0, "--agent-env-timeout must be > 0 seconds, got ",
+                a.agent_env_timeout);
+  FURLONG_CHECK(a.agent_env_max_retries >= 0 && a.agent_env_max_retries <= 100,
+                "--agent-env-max-retries must be in 0..100, got ", a.agent_env_max_retries);
+  FURLONG_CHECK(a.agent_env_concurrency >= 1 && a.agent_env_concurrency <= 1024,
+                "--agent-env-concurrency must be in 1..1024, got ", a.agent_env_concurrency);
+  FURLONG_CHECK(!o.engine.record_routing,
+                "--agent-env-url with --use-rollout-routing-replay is not supported: the "
+                "engines' expert ids cover one generation, an episode has several");
+  FURLONG_CHECK(!o.rollout.partial_rollout,
+                "--agent-env-url with --partial-rollout is not supported: an episode cannot be "
+                "resumed in a later rollout (its env state is gone)");
+  EnvClient check(EnvClientOptions{.url = *a.agent_env_url});  // the URL's form
+}
+
+}  // namespace furlong::rollout

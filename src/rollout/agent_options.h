@@ -1,0 +1,22 @@
+// Options of multi-turn agent episodes (docs/agents.md): with --agent-env-url every rollout
+// sample is an episode against an environment server instead of one generation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace furlong::rollout {
+
+struct AgentOptions {
+  std::optional<std::string> agent_env_url;  // unset: single-turn rollouts
+  int64_t agent_max_turns = 4;               // assistant turns per episode
+  // Response tokens per episode (the model's turns and the observations between them, the
+  // tokens after the prompt); each turn is also capped by --rollout-max-response-len.
+  int64_t agent_max_episode_tokens = 8192;
+  double agent_env_timeout = 30.0;  // seconds per env request attempt
+  int64_t agent_env_max_retries = 2;
+  int64_t agent_env_concurrency = 16;  // env requests in flight at once (worker threads)
+};
+
+}  // namespace furlong::rollout

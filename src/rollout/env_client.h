@@ -1,0 +1,67 @@
+// Client of an agent environment server (--agent-env-url): the HTTP+JSON protocol of
+// docs/agents.md. Three POST endpoints under the URL's path:
+//   /start   {"sample": {index, group_index, prompt, label, metadata}} -> {"episode_id": str}
+//   /step    {"episode_id", "turn", "message": {role, content, tool_calls}, "text",
+//             "finish_reason"} -> {"observation": [{role, content}...], "reward": num|null,
+//             "done": bool}
+//   /finish  {"episode_id", "reason"} -> {"reward": num|null}   (furlong ended the episode)
+// Every attempt is bounded by a timeout; connection failures, timeouts, HTTP 5xx/429 and bodies
+// that are not JSON are retried a bounded number of times with exponential backoff (a step is
+// identified by (episode_id, turn), so a server answers a repeated step as it did the first
+// time); other HTTP errors fail at once. Failures are returned, never thrown: an episode that
+// cannot reach its env ends, and the run goes on. Thread-safe (one connection per request).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/json_util.h"
+
+namespace furlong::rollout {
+
+struct EnvClientOptions {
+  std::string url;             // --agent-env-url: http://host[:port][/path]
+  double timeout_s = 30.0;     // --agent-env-timeout: per attempt (connect, send, each read)
+  int max_retries = 2;         // --agent-env-max-retries: attempts = 1 + max_retries
+  double backoff_s = 0.2;      // wait before retry k: backoff_s * 2^(k-1), capped ...
+  double max_backoff_s = 4.0;  // ... at this
+};
+
+// What one call came to after its attempts.
+struct EnvReply {
+  bool ok = false;
+  bool timed_out = false;  // the last failed attempt ran into the timeout
+  int attempts = 0;
+  Json body;          // ok: the JSON the server answered
+  std::string error;  // !ok: what went wrong (names the endpoint)
+};
+
+// A /step answer, checked.
+struct StepReply {
+  OrderedJson observation = OrderedJson::array();  // {role: "tool"|"user", content: string}
+  std::optional<double> reward;
+  bool done = false;
+};
+
+class EnvClient {
+ public:
+  // Checks the URL (a furlong::Error naming --agent-env-url otherwise).
+  explicit EnvClient(EnvClientOptions options);
+  EnvReply post(const std::string& endpoint, const Json& payload) const;
+  const EnvClientOptions& options() const { return options_; }
+
+ private:
+  EnvClientOptions options_;
+  std::string base_;  // scheme://host[:port]
+  std::string path_;  // "" or "/prefix" (no trailing slash)
+};
+
+// The episode id of a /start answer, or an error text.
+std::optional<std::string> parse_start_reply(const Json& body, std::string& error);
+// A /step answer, or an error text: observation a list of {role, content} (role tool or user,
+// content a string), required non-empty unless done; reward a number, null or absent.
+std::optional<StepReply> parse_step_reply(const Json& body, std::string& error);
+// The reward of a /finish answer (null or absent: none); an error text when it is not a number.
+std::optional<double> parse_finish_reply(const Json& body, std::string& error);
+
+}  // namespace furlong::rollout
