@@ -7,11 +7,11 @@
 // ("stop" | "length" | "abort"), "prompt_tokens"}.
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 
 #include "app/common.h"
+#include "core/concurrency.h"
 #include "core/jsonl.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -104,22 +104,17 @@ std::vector<engine::GenerateOutput> generate_with_progress(
   int64_t budget = 0;
   for (const auto& r : requests) budget += r.sampling.max_new_tokens;
   ProgressBar progress("generate", budget, "tok");
-  std::vector<engine::GenerateOutput> outputs(requests.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t done = 0;
-  std::string error;
+  Gather<engine::GenerateOutput> results(requests.size());
+  FirstError error;
+  size_t done = 0;  // callbacks run one at a time, on the engine's scheduler thread
   std::vector<engine::Engine::Submission> batch;
   batch.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     auto on_done = [&, i](engine::RequestId, engine::GenerateOutput out) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!out.error.empty() && error.empty()) error = out.error;
-      outputs[i] = std::move(out);
-      ++done;
-      progress.set_postfix(std::to_string(done) + "/" + std::to_string(requests.size()) +
+      if (!out.error.empty()) error.record(out.error);
+      progress.set_postfix(std::to_string(++done) + "/" + std::to_string(requests.size()) +
                            " samples");
-      cv.notify_all();
+      results.put(i, std::move(out));  // last: take_all may return after it
     };
     auto on_tokens = [&](engine::RequestId, const std::vector<int64_t>& ids,
                          const std::vector<float>&) {
@@ -130,12 +125,9 @@ std::vector<engine::GenerateOutput> generate_with_progress(
   // All at once (none queued if one is rejected): the engine's batches, and so the outputs,
   // are then the same in every run with the same input and seed.
   eng.submit_all(std::move(batch));
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done == requests.size(); });
-  }
+  auto outputs = results.take_all();
   progress.finish();
-  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);
+  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error.message());
   return outputs;
 }
 

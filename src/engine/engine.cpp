@@ -21,13 +21,14 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/concurrency.h"
+#include "core/device_memory.h"
 #include "core/digest.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fresh_thread.h"
 #include "core/log.h"
 #include "dist/process_group.h"
-#include "core/device_memory.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
 #include "engine/paged_forward.h"
@@ -438,30 +439,23 @@ std::vector<GenerateOutput> Engine::generate(
     std::vector<GenerateRequest> requests,
     const std::function<void(int64_t done, int64_t total)>& progress) {
   const int64_t total = static_cast<int64_t>(requests.size());
-  std::vector<GenerateOutput> outputs(requests.size());
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  int64_t done = 0;
-  std::string error;
+  Gather<GenerateOutput> results(requests.size());
+  FirstError error;
+  int64_t done = 0;  // callbacks run one at a time, on the scheduler thread
   std::vector<Submission> batch;
   batch.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     batch.push_back({std::move(requests[i]),
                      [&, i](RequestId id, GenerateOutput out) {
-                       std::string why = impl_->error_of(id);
-                       std::lock_guard<std::mutex> lock(done_mu);
-                       if (!why.empty() && error.empty()) error = why;
-                       outputs[i] = std::move(out);
-                       ++done;
-                       if (progress) progress(done, total);
-                       done_cv.notify_all();
+                       if (auto why = impl_->error_of(id); !why.empty()) error.record(why);
+                       if (progress) progress(++done, total);
+                       results.put(i, std::move(out));  // last: take_all may return after it
                      },
                      {}});
   }
   submit_all(std::move(batch));
-  std::unique_lock<std::mutex> lock(done_mu);
-  done_cv.wait(lock, [&] { return done == total; });
-  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error);
+  auto outputs = results.take_all();
+  FURLONG_CHECK(error.empty(), "generate: an engine step failed: ", error.message());
   return outputs;
 }
 

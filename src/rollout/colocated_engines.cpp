@@ -14,10 +14,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
 
+#include "core/concurrency.h"
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/json_util.h"
@@ -342,12 +342,9 @@ class ColocatedEngines : public RolloutEngines {
   // This rank's requests of one round, generated to the end on its engine. Every callback has
   // run before this returns or throws (they write into this frame).
   std::string run_share(const Json& requests) {
-    std::vector<engine::GenerateOutput> outputs(requests.size());
     FURLONG_CHECK(engine_ || requests.empty(), "rank ", world_.rank(),
                   " hosts no engine but was sent requests");
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t outstanding = static_cast<int64_t>(requests.size());
+    Gather<engine::GenerateOutput> results(requests.size());
     std::vector<engine::Engine::Submission> batch;
     for (size_t i = 0; i < requests.size(); ++i) {
       engine::GenerateRequest request{
@@ -355,21 +352,14 @@ class ColocatedEngines : public RolloutEngines {
           .sampling = sampling_from_json(requests[i].at("sampling")),
           .return_routed_experts = requests[i].at("routed").get<bool>()};
       batch.push_back({std::move(request),
-                       [&, i](engine::RequestId, engine::GenerateOutput out) {
-                         std::lock_guard<std::mutex> lock(mu);
-                         outputs[i] = std::move(out);
-                         --outstanding;
-                         cv.notify_all();
+                       [&results, i](engine::RequestId, engine::GenerateOutput out) {
+                         results.put(i, std::move(out));
                        },
                        {}});
     }
     if (!batch.empty()) engine_->submit_all(std::move(batch));  // none queued if one is rejected
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return outstanding == 0; });
-    }
     Json all = Json::array();
-    for (const auto& o : outputs) all.push_back(output_to_json(o));
+    for (const auto& o : results.take_all()) all.push_back(output_to_json(o));
     return Json{{"outputs", std::move(all)}}.dump();
   }
 
