@@ -12,9 +12,13 @@ void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
   f.add("agent-max-episode-tokens", &a.agent_max_episode_tokens,
         "response tokens per episode (generated and observation tokens after the prompt); each "
         "turn is also capped by --rollout-max-response-len");
-  f.add("agent-env-timeout", &a.agent_env_timeout, "seconds per env request attempt");
+  f.add("agent-env-timeout", &a.agent_env_timeout,
+        "seconds per env request attempt, as a whole (connect, send, the answer's last byte)");
   f.add("agent-env-max-retries", &a.agent_env_max_retries,
         "retries of a failed env request (connection errors, timeouts, HTTP 5xx/429)");
+  f.add("agent-env-max-response-bytes", &a.agent_env_max_response_bytes,
+        "bytes an env answer may have; a longer one ends the episode (no retry), counted as "
+        "rollout/agent/oversized_responses");
   f.add("agent-env-concurrency", &a.agent_env_concurrency,
         "env requests in flight at once (worker threads)");
 }

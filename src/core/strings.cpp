@@ -81,4 +81,52 @@ std::string truncate_for_message(std::string_view text, size_t max_bytes) {
   return std::string(text.substr(0, keep)) + "... (" + std::to_string(text.size()) + " bytes)";
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[pos], 0 when none starts there
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF, no cut sequence).
+size_t utf8_sequence_at(std::string_view text, size_t pos) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[pos + k]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    lo = lead == 0xE0 ? 0xA0 : lo;
+    hi = lead == 0xED ? 0x9F : hi;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    lo = lead == 0xF0 ? 0x90 : lo;
+    hi = lead == 0xF4 ? 0x8F : hi;
+  } else {
+    return 0;
+  }
+  if (pos + length > text.size() || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t length = utf8_sequence_at(text, pos);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the byte that starts no sequence
+      ++pos;
+    } else {
+      out.append(text.substr(pos, length));
+      pos += length;
+    }
+  }
+  return out;
+}
+
 }  // namespace furlong

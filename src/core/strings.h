@@ -21,5 +21,8 @@ std::optional<std::string> closest_match(std::string_view word,
 // `text` cut to about `max_bytes`, then "... (N bytes)", for echoing user input in messages
 // (a 10 MB field name must not become a 10 MB error body). Never splits a UTF-8 sequence.
 std::string truncate_for_message(std::string_view text, size_t max_bytes = 80);
+// `text` with every byte that does not belong to well-formed UTF-8 replaced by U+FFFD: for text
+// from outside (a peer's body, a file) that reaches JSON, whose strings must be valid UTF-8.
+std::string valid_utf8(std::string_view text);
 
 }  // namespace furlong

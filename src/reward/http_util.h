@@ -8,6 +8,8 @@
 #include <ctime>
 #include <string>
 
+#include "core/strings.h"
+
 namespace furlong::reward {
 
 // Connect, read and write timeouts of `client`, all `seconds` (fractional seconds kept).
@@ -19,10 +21,11 @@ inline void set_http_timeouts(httplib::Client& client, double seconds) {
   client.set_write_timeout(sec, usec);
 }
 
-// The first 200 characters of `body`, with "..." when cut.
+// The first 200 bytes of `body`, with "..." when cut, as valid UTF-8 (a peer's bytes end up in
+// messages and JSON records; an invalid sequence, or one the cut splits, becomes U+FFFD).
 inline std::string body_excerpt(const std::string& body) {
   constexpr size_t kMax = 200;
-  return body.size() <= kMax ? body : body.substr(0, kMax) + "...";
+  return body.size() <= kMax ? valid_utf8(body) : valid_utf8(body.substr(0, kMax)) + "...";
 }
 
 }  // namespace furlong::reward

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/strings.h"
 #include "data/observation_render.h"
 #include "data/sample_builder.h"
 #include "data/tool_calls.h"
@@ -83,6 +84,18 @@ OrderedJson prompt_messages(const rl::Sample& s, bool apply_chat_template) {
   return OrderedJson::array({{{"role", "user"}, {"content", s.prompt.get<std::string>()}}});
 }
 
+EnvClientOptions env_client_options(const AgentOptions& a) {
+  return {.url = a.agent_env_url.value_or(""),
+          .timeout_s = a.agent_env_timeout,
+          .max_retries = static_cast<int>(a.agent_env_max_retries),
+          .max_response_bytes = a.agent_env_max_response_bytes};
+}
+
+// The end reasons of episodes an env call failed (the sample is aborted and removed).
+bool is_env_failure(const std::string& reason) {
+  return reason == "env_error" || reason == "env_timeout" || reason == "env_response_too_large";
+}
+
 }  // namespace
 
 // One episode's state; only one thread works on an episode at a time (the turn's engine
@@ -99,9 +112,22 @@ struct AgentEpisodeRunner::Episode {
   std::optional<double> env_reward;
   std::string last_text;  // the last turn's text (as graded: --rollout-skip-special-tokens)
   int64_t tool_calls = 0, malformed = 0, env_errors = 0, timeouts = 0, masked_tokens = 0;
+  int64_t oversized = 0;                                // env answers over the size bound
   std::string error;                                    // the env failure that ended it, if any
   std::unique_ptr<data::ObservationRenderer> renderer;  // with this sample's tools
   bool ended = false;
+
+  // Counts a failed env call (`error` says what failed: the call's or its answer's check) and
+  // returns the end reason it gives the episode.
+  std::string env_failure(const EnvReply& reply, std::string why) {
+    ++env_errors;
+    timeouts += reply.timed_out ? 1 : 0;
+    oversized += reply.too_large ? 1 : 0;
+    error = std::move(why);
+    return reply.timed_out   ? "env_timeout"
+           : reply.too_large ? "env_response_too_large"
+                             : "env_error";
+  }
 };
 
 // The shared state of one generate_groups call.
@@ -128,20 +154,14 @@ AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                   ? std::make_unique<tokenizer::ChatFormatter>(hf, *options.data.chat_template_path)
                   : std::make_unique<tokenizer::ChatFormatter>(hf);
   chat_ = own_chat_.get();
-  env_ = std::make_unique<EnvClient>(
-      EnvClientOptions{.url = options.agent.agent_env_url.value_or(""),
-                       .timeout_s = options.agent.agent_env_timeout,
-                       .max_retries = static_cast<int>(options.agent.agent_env_max_retries)});
+  env_ = std::make_unique<EnvClient>(env_client_options(options.agent));
 }
 
 AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                                        const tokenizer::Tokenizer& tokenizer,
                                        const tokenizer::ChatFormatter& chat)
     : options_(options), tokenizer_(tokenizer), chat_(&chat) {
-  env_ = std::make_unique<EnvClient>(
-      EnvClientOptions{.url = options.agent.agent_env_url.value_or(""),
-                       .timeout_s = options.agent.agent_env_timeout,
-                       .max_retries = static_cast<int>(options.agent.agent_env_max_retries)});
+  env_ = std::make_unique<EnvClient>(env_client_options(options.agent));
 }
 
 AgentEpisodeRunner::~AgentEpisodeRunner() = default;
@@ -160,15 +180,12 @@ void AgentEpisodeRunner::start_episode(Run& run, Episode& ep) {
                           {"label", label},
                           {"metadata", s.metadata}}}};
   EnvReply reply = env_->post("start", payload);
-  std::string error = reply.error;
+  std::string error = reply.error;  // empty when the call succeeded
   if (reply.ok) {
     if (auto id = parse_start_reply(reply.body, error)) ep.episode_id = *id;
   }
   if (ep.episode_id.empty()) {
-    ++ep.env_errors;
-    ep.timeouts += reply.timed_out ? 1 : 0;
-    ep.error = error;
-    end_episode(run, ep, reply.timed_out ? "env_timeout" : "env_error");
+    end_episode(run, ep, ep.env_failure(reply, std::move(error)));
     return;
   }
   queue_turn(run, ep);
@@ -241,14 +258,11 @@ bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::s
         {"text", text},
         {"finish_reason", "stop"}};
     EnvReply reply = env_->post("step", payload);
-    std::string error = reply.error;
+    std::string error = reply.error;  // empty when the call succeeded
     std::optional<StepReply> step;
     if (reply.ok) step = parse_step_reply(reply.body, error);
     if (!step) {
-      ++ep.env_errors;
-      ep.timeouts += reply.timed_out ? 1 : 0;
-      ep.error = error;
-      end_episode(run, ep, reply.timed_out ? "env_timeout" : "env_error");
+      end_episode(run, ep, ep.env_failure(reply, std::move(error)));
       return false;
     }
     if (step->reward) ep.env_reward = step->reward;
@@ -286,16 +300,18 @@ bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::s
 
 void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& reason) {
   rl::Sample& s = *ep.sample;
-  const bool env_failed = reason == "env_error" || reason == "env_timeout";
+  const bool env_failed = is_env_failure(reason);
   if (!ep.env_done && !ep.episode_id.empty() && !env_failed) {
     // furlong ended it: the env may free its state and give a final reward.
     EnvReply reply = env_->post("finish", {{"episode_id", ep.episode_id}, {"reason", reason}});
-    std::string error = reply.error;
+    std::string error = reply.error;  // empty when the call succeeded
     std::optional<double> reward;
     if (reply.ok) reward = parse_finish_reply(reply.body, error);
     if (!error.empty()) {
+      // Counted; the episode keeps its end reason (the env's last word is lost, not the turns).
       ++ep.env_errors;
       ep.timeouts += reply.timed_out ? 1 : 0;
+      ep.oversized += reply.too_large ? 1 : 0;
       LOG_WARN("sample ", s.index, ": ", error);
     }
     if (reward) ep.env_reward = reward;
@@ -306,16 +322,24 @@ void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& r
     LOG_WARN("sample ", s.index, ": episode ended after ", ep.turns, " turn(s): ", ep.error);
   }
   s.response = ep.last_text;
-  Json record = {{"turns", ep.turns},         {"tool_calls", ep.tool_calls},
-                 {"malformed", ep.malformed}, {"env_errors", ep.env_errors},
-                 {"timeouts", ep.timeouts},   {"masked_tokens", ep.masked_tokens},
-                 {"end_reason", reason},      {"messages", Json::parse(ep.history.dump())}};
+  // Every string in the record is valid UTF-8 (an env's bytes reach it through error texts), so
+  // dumping it later (--save-debug-rollout-data, metrics) cannot fail.
+  const std::string messages = ep.history.dump(-1, ' ', false, Json::error_handler_t::replace);
+  Json record = {{"turns", ep.turns},
+                 {"tool_calls", ep.tool_calls},
+                 {"malformed", ep.malformed},
+                 {"env_errors", ep.env_errors},
+                 {"timeouts", ep.timeouts},
+                 {"oversized", ep.oversized},
+                 {"masked_tokens", ep.masked_tokens},
+                 {"end_reason", reason},
+                 {"messages", Json::parse(messages)}};
   if (ep.env_reward) {
     record["reward"] = *ep.env_reward;
     s.raw_reward = *ep.env_reward;
     s.reward = *ep.env_reward;
   }
-  if (!ep.error.empty()) record["error"] = ep.error;
+  if (!ep.error.empty()) record["error"] = valid_utf8(ep.error);
   s.metadata["agent"] = std::move(record);
   release(run, ep);
 }
@@ -506,7 +530,7 @@ std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
 
 void add_agent_metrics(const std::vector<rl::Sample>& samples,
                        std::map<std::string, double>& metrics) {
-  double episodes = 0, turns = 0, calls = 0, errors = 0, timeouts = 0, malformed = 0;
+  double episodes = 0, turns = 0, calls = 0, errors = 0, timeouts = 0, malformed = 0, oversized = 0;
   double missing = 0, masked = 0, response = 0;
   for (const auto& s : samples) {
     if (!s.metadata.contains("agent")) continue;
@@ -516,6 +540,7 @@ void add_agent_metrics(const std::vector<rl::Sample>& samples,
     calls += a.value("tool_calls", 0.0);
     errors += a.value("env_errors", 0.0);
     timeouts += a.value("timeouts", 0.0);
+    oversized += a.value("oversized", 0.0);
     malformed += a.value("malformed", 0.0);
     missing += a.value("reward_missing", false) ? 1.0 : 0.0;
     masked += a.value("masked_tokens", 0.0);
@@ -526,6 +551,7 @@ void add_agent_metrics(const std::vector<rl::Sample>& samples,
   metrics["rollout/agent/tool_calls"] = calls / episodes;
   metrics["rollout/agent/env_errors"] = errors;
   metrics["rollout/agent/timeouts"] = timeouts;
+  metrics["rollout/agent/oversized_responses"] = oversized;
   metrics["rollout/agent/malformed_tool_calls"] = malformed;
   metrics["rollout/agent/missing_reward"] = missing;
   metrics["rollout/agent/masked_token_share"] = response > 0 ? masked / response : 0.0;
@@ -541,6 +567,9 @@ void validate_agent_options(const RolloutConfig& o) {
                 a.agent_env_timeout);
   FURLONG_CHECK(a.agent_env_max_retries >= 0 && a.agent_env_max_retries <= 100,
                 "--agent-env-max-retries must be in 0..100, got ", a.agent_env_max_retries);
+  FURLONG_CHECK(a.agent_env_max_response_bytes >= 1,
+                "--agent-env-max-response-bytes must be >= 1, got ",
+                a.agent_env_max_response_bytes);
   FURLONG_CHECK(a.agent_env_concurrency >= 1 && a.agent_env_concurrency <= 1024,
                 "--agent-env-concurrency must be in 1..1024, got ", a.agent_env_concurrency);
   FURLONG_CHECK(!o.engine.record_routing,

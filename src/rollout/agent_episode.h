@@ -82,7 +82,8 @@ std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
     std::function<void(std::vector<rl::Sample*>&)> reward);
 
 // rollout/agent/* over the samples' episode records (metadata["agent"]): turns and tool_calls
-// (means per episode), env_errors, timeouts, malformed_tool_calls, missing_reward (counts),
+// (means per episode), env_errors, timeouts, oversized_responses (answers over
+// --agent-env-max-response-bytes), malformed_tool_calls, missing_reward (counts),
 // masked_token_share (observation tokens / all response tokens). Nothing without episodes.
 void add_agent_metrics(const std::vector<rl::Sample>& samples,
                        std::map<std::string, double>& metrics);

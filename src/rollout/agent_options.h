@@ -8,14 +8,20 @@
 
 namespace furlong::rollout {
 
+// The default of --agent-env-max-response-bytes (8 MiB): far above any observation that fits a
+// context, far below what would strain the trainer's memory.
+inline constexpr int64_t kDefaultEnvMaxResponseBytes = int64_t{8} << 20;
+
 struct AgentOptions {
   std::optional<std::string> agent_env_url;  // unset: single-turn rollouts
   int64_t agent_max_turns = 4;               // assistant turns per episode
   // Response tokens per episode (the model's turns and the observations between them, the
   // tokens after the prompt); each turn is also capped by --rollout-max-response-len.
   int64_t agent_max_episode_tokens = 8192;
-  double agent_env_timeout = 30.0;  // seconds per env request attempt
+  double agent_env_timeout = 30.0;  // seconds per env request attempt, as a whole
   int64_t agent_env_max_retries = 2;
+  // An env answer longer than this ends the episode (counted as oversized_responses).
+  int64_t agent_env_max_response_bytes = kDefaultEnvMaxResponseBytes;
   int64_t agent_env_concurrency = 16;  // env requests in flight at once (worker threads)
 };
 

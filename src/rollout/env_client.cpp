@@ -4,6 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "core/log.h"
@@ -12,39 +16,125 @@
 namespace furlong::rollout {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Attempt {
   bool ok = false;
   bool retryable = true;
   bool timed_out = false;
+  bool too_large = false;
   Json body;
   std::string error;
 };
 
+// Shuts `client`'s connection down once `seconds` have passed, unless the attempt ended first:
+// per-read timeouts do not bound an answer that trickles in a byte at a time. httplib's stop()
+// may be called while a request runs; one that comes before the connection exists is repeated
+// until the attempt ends.
+class AttemptDeadline {
+ public:
+  AttemptDeadline(httplib::Client& client, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(seconds));
+    watch_ = std::thread([this, &client, deadline] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_until(lock, deadline, [&] { return done_; })) return;
+      fired_ = true;
+      while (!done_) {
+        lock.unlock();
+        client.stop();
+        lock.lock();
+        cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return done_; });
+      }
+    });
+  }
+  ~AttemptDeadline() { finish(); }
+  AttemptDeadline(const AttemptDeadline&) = delete;
+  AttemptDeadline& operator=(const AttemptDeadline&) = delete;
+  // Ends the watch; true when the deadline had stopped the attempt.
+  bool finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (watch_.joinable()) watch_.join();
+    return fired_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false, fired_ = false;
+  std::thread watch_;
+};
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds;
+  return out.str();
+}
+
+// What an attempt that got a whole answer came to.
+void read_answer(const httplib::Response& res, const std::string& received, Attempt& a) {
+  if (res.status < 200 || res.status >= 300) {
+    a.error = "HTTP " + std::to_string(res.status) + ": " + reward::body_excerpt(received);
+    a.retryable = res.status >= 500 || res.status == 429;
+    return;
+  }
+  try {
+    a.body = parse_json(received, "the answer");
+    a.ok = true;
+  } catch (const std::exception&) {
+    a.error = "the answer is not JSON: " + reward::body_excerpt(received);
+  }
+}
+
+// One POST, bounded in time as a whole (timeout_s from connect to the answer's last byte) and in
+// the answer's size (max_bytes, the body as received).
 Attempt attempt_once(const std::string& base, const std::string& path, const std::string& body,
-                     double timeout_s) {
+                     const EnvClientOptions& o) {
   Attempt a;
   httplib::Client client(base);
-  reward::set_http_timeouts(client, timeout_s);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto res = client.Post(path.c_str(), body, "application/json");
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!res) {
+  reward::set_http_timeouts(client, o.timeout_s);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  std::string received;
+  const auto cap = static_cast<uint64_t>(o.max_response_bytes);
+  req.response_handler = [&](const httplib::Response& res) {
+    // A declared length over the cap ends the attempt before any of the body is read.
+    const std::string length = res.get_header_value("Content-Length");
+    a.too_large = !length.empty() && std::strtoull(length.c_str(), nullptr, 10) > cap;
+    return !a.too_large;
+  };
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    a.too_large = received.size() + size > cap;
+    if (!a.too_large) received.append(data, size);
+    return !a.too_large;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const auto t0 = Clock::now();
+  AttemptDeadline deadline(client, o.timeout_s);
+  const bool answered = client.send(req, res, error);
+  const bool stopped = deadline.finish();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (a.too_large) {
+    a.retryable = false;  // the same request gets the same answer
+    a.error = "the answer is larger than " + std::to_string(o.max_response_bytes) +
+              " bytes (--agent-env-max-response-bytes)";
+  } else if (!answered) {
     // cpp-httplib reports a read timeout as a read error: the clock tells them apart.
-    a.timed_out = res.error() == httplib::Error::ConnectionTimeout ||
-                  (res.error() == httplib::Error::Read && elapsed >= 0.95 * timeout_s);
-    a.error = a.timed_out ? "no answer within " + std::to_string(timeout_s) + " s"
-                          : "request failed (" + httplib::to_string(res.error()) + ")";
-  } else if (res->status < 200 || res->status >= 300) {
-    a.error = "HTTP " + std::to_string(res->status) + ": " + reward::body_excerpt(res->body);
-    a.retryable = res->status >= 500 || res->status == 429;
+    a.timed_out = stopped || error == httplib::Error::ConnectionTimeout ||
+                  (error == httplib::Error::Read && elapsed >= 0.95 * o.timeout_s);
+    a.error = a.timed_out ? "no whole answer within " + seconds_text(o.timeout_s) +
+                                " s (--agent-env-timeout)"
+                          : "request failed (" + httplib::to_string(error) + ")";
   } else {
-    try {
-      a.body = parse_json(res->body, "the answer");
-      a.ok = true;
-    } catch (const std::exception&) {
-      a.error = "the answer is not JSON: " + reward::body_excerpt(res->body);
-    }
+    read_answer(res, received, a);
   }
   return a;
 }
@@ -59,6 +149,8 @@ EnvClient::EnvClient(EnvClientOptions options) : options_(std::move(options)) {
                 options_.timeout_s);
   FURLONG_CHECK(options_.max_retries >= 0, "--agent-env-max-retries must be >= 0, got ",
                 options_.max_retries);
+  FURLONG_CHECK(options_.max_response_bytes >= 1,
+                "--agent-env-max-response-bytes must be >= 1, got ", options_.max_response_bytes);
   const size_t scheme_end = url.find("://") + 3;
   const size_t slash = url.find('/', scheme_end);
   const std::string authority = url.substr(scheme_end, slash - scheme_end);
@@ -88,14 +180,17 @@ EnvReply EnvClient::post(const std::string& endpoint, const Json& payload) const
       std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     }
     reply.attempts = k;
-    Attempt a = attempt_once(base_, path, body, options_.timeout_s);
+    Attempt a = attempt_once(base_, path, body, options_);
     if (a.ok) {
+      // Nothing of a failed attempt before it survives into the answer.
       reply.ok = true;
       reply.timed_out = false;
+      reply.error.clear();
       reply.body = std::move(a.body);
       return reply;
     }
     reply.timed_out = a.timed_out;
+    reply.too_large = a.too_large;
     reply.error = "agent env " + base_ + path + ": " + a.error;
     if (!a.retryable) return reply;
     if (k < attempts) LOG_WARN(reply.error, "; retrying");
@@ -115,12 +210,14 @@ std::optional<std::string> parse_start_reply(const Json& body, std::string& erro
 
 namespace {
 
-// A reward field: absent or null = none; a finite number; anything else sets `error`.
+// A reward field: absent or null = none; a number within kMaxEnvReward; anything else sets
+// `error`.
 std::optional<double> reward_field(const Json& body, const char* endpoint, std::string& error) {
   auto it = body.find("reward");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number() || !std::isfinite(it->get<double>())) {
-    error = std::string(endpoint) + ": \"reward\" must be a finite number or null, got " +
+  if (!it->is_number() || !(std::abs(it->get<double>()) <= kMaxEnvReward)) {
+    error = std::string(endpoint) + ": \"reward\" must be null or a finite number within +-" +
+            json_excerpt(Json(kMaxEnvReward)) + " (training computes in float32), got " +
             json_excerpt(*it);
     return std::nullopt;
   }
@@ -142,8 +239,12 @@ std::optional<StepReply> parse_step_reply(const Json& body, std::string& error) 
     return std::nullopt;
   }
   reply.done = done->get<bool>();
-  reply.reward = reward_field(body, "/step", error);
-  if (!error.empty()) return std::nullopt;
+  std::string reward_error;  // whatever `error` held before is not this answer's
+  reply.reward = reward_field(body, "/step", reward_error);
+  if (!reward_error.empty()) {
+    error = std::move(reward_error);
+    return std::nullopt;
+  }
   auto obs = body.find("observation");
   const bool has_obs = obs != body.end() && !obs->is_null();
   if (has_obs && !obs->is_array()) {

@@ -138,7 +138,10 @@ void save_debug_rollout(const TrainOptions& o, int64_t rollout_id,
   const auto path = format_debug_rollout_path(*o.debug.save_debug_rollout_data, rollout_id);
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
-  write_file_atomic(path, Json{{"rollout_id", rollout_id}, {"samples", all}}.dump());
+  // Strings from outside (env answers, data rows) are made valid UTF-8 where they enter; the
+  // replacing dump keeps any that slipped through from ending the run here.
+  write_file_atomic(path, Json{{"rollout_id", rollout_id}, {"samples", all}}.dump(
+                              -1, ' ', false, Json::error_handler_t::replace));
   LOG_INFO("rollout ", rollout_id, ": ", samples.size(), " samples saved to ", path,
            " (--save-debug-rollout-data)");
 }

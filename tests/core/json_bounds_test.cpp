@@ -145,5 +145,19 @@ TEST(Strings, ClosestMatchOfAHugeWordIsBoundedAndEchoesAreTruncated) {
   EXPECT_EQ(truncate_for_message(utf8, 80), std::string(76, 'a') + "... (88 bytes)");
 }
 
+// Text from outside that reaches JSON (issue 30): every byte that starts no well-formed UTF-8
+// sequence becomes U+FFFD; valid text, multi-byte characters included, is unchanged.
+TEST(Strings, ValidUtf8ReplacesWhatIsNotUtf8) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(valid_utf8("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(valid_utf8(std::string("a\xFF") + "b"), "a" + fffd + "b");
+  EXPECT_EQ(valid_utf8("\xC3"), fffd);                                   // cut at the end
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), fffd + fffd);                        // overlong
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), fffd + fffd + fffd);             // a surrogate
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // above U+10FFFF
+  EXPECT_NO_THROW(Json(valid_utf8("\xFF\xFE\xC3{")).dump());
+}
+
 }  // namespace
 }  // namespace furlong

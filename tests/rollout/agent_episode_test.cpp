@@ -6,7 +6,9 @@
 //    their rollout log-probs in place (0 on observation tokens);
 //  - a malformed tool call is answered with an error observation without reaching the env;
 //  - an env timeout ends the episode as aborted and removed, the turn limit and the token
-//    budget end it as truncated, and the metrics count all of it.
+//    budget end it as truncated, and the metrics count all of it;
+//  - a retry that succeeds keeps the episode; an oversized, non-UTF-8 or overflowing answer
+//    ends only its episode, with a counted reason (issue 30).
 #include "rollout/agent_episode.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/test_util.h"
@@ -144,10 +147,25 @@ struct CalculatorEnv {
   std::map<std::string, std::vector<Json>> steps;  // by episode id
   std::map<std::string, std::string> finished;     // episode id -> reason
   std::map<std::string, std::string> product;      // episode id -> the right answer
+  // Set before the run: the first attempt of every /step and /finish answers 503.
+  bool flaky = false;
+  std::set<std::string> seen;  // the requests (path + body) answered 503
+  // Set before the run: answers the /step of episode `odd_episode` instead.
+  std::string odd_episode;
+  std::function<void(httplib::Response&)> odd_step;
   ScriptedServer server{[this](const httplib::Request& req, httplib::Response& res) {
     const Json body = Json::parse(req.body);
     Json reply;
     std::unique_lock<std::mutex> lock(mu);
+    if (flaky && req.path != "/start" && seen.insert(req.path + req.body).second) {
+      res.status = 503;
+      res.set_content("busy", "text/plain");
+      return;
+    }
+    if (req.path == "/step" && odd_step && body["episode_id"] == odd_episode) {
+      odd_step(res);
+      return;
+    }
     if (req.path == "/start") {
       const std::string id = "ep" + std::to_string(body["sample"]["index"].get<int>());
       const std::string q = body["sample"]["prompt"][0]["content"];
@@ -374,6 +392,74 @@ TEST(AgentEpisodes, MalformedCallsTimeoutsAndLimitsEndEpisodesAndAreCounted) {
   EXPECT_DOUBLE_EQ(m["rollout/agent/masked_token_share"], masked / response);
 }
 
+// Issue 30: an env answering 503 once, then 200, lost its episodes (the retry succeeded, and
+// the failed attempt's error still ended the episode as env_error, on /step and on /finish).
+TEST(AgentEpisodes, ARetryThatSucceedsKeepsTheEpisode) {
+  CalculatorEnv env;
+  env.flaky = true;
+  ScriptedEngines engines;
+  auto o = agent_options(env.server.url());
+  o.agent.agent_env_max_retries = 1;
+  auto samples = run_episodes(o, engines);
+  for (size_t i : {0u, 1u, 3u}) {
+    SCOPED_TRACE("script " + std::to_string(i));
+    EXPECT_NE(samples[i].status, rl::SampleStatus::kAborted);
+    EXPECT_FALSE(samples[i].remove);
+    EXPECT_EQ(samples[i].metadata["agent"]["env_errors"], 0)
+        << samples[i].metadata["agent"].value("error", "");
+  }
+  EXPECT_EQ(samples[0].metadata["agent"]["end_reason"], "done");
+  EXPECT_EQ(samples[0].raw_reward, 1.0);
+  EXPECT_EQ(samples[3].metadata["agent"]["end_reason"], "turn_limit");  // after /finish's retry
+  EXPECT_EQ(env.finished["ep3"], "turn_limit");
+  EXPECT_GE(env.seen.size(), 5u);  // every /step and /finish failed once
+}
+
+// Issue 30: an oversized answer ends the episode with its own counted reason, an answer that is
+// not UTF-8 ends it without ending the run (the record dumps as JSON), and a reward that
+// training would turn into inf is refused.
+TEST(AgentEpisodes, OversizedNonUtf8AndOverflowingAnswersEndOnlyTheirEpisode) {
+  struct Case {
+    const char* what;
+    std::function<void(httplib::Response&)> answer;
+    std::string end_reason;
+    double oversized;
+  };
+  const Case cases[] = {
+      {"oversized",
+       [](httplib::Response& res) { res.set_content(std::string(4096, ' '), "application/json"); },
+       "env_response_too_large", 1},
+      {"not UTF-8",
+       [](httplib::Response& res) { res.set_content("\xff\xfe{\xc3", "application/json"); },
+       "env_error", 0},
+      {"reward 1e308",
+       [](httplib::Response& res) {
+         res.set_content(R"({"done": true, "reward": 1e308})", "application/json");
+       },
+       "env_error", 0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    CalculatorEnv env;
+    env.odd_episode = "ep0";
+    env.odd_step = c.answer;
+    ScriptedEngines engines;
+    auto o = agent_options(env.server.url());
+    o.agent.agent_env_max_response_bytes = 1024;
+    auto samples = run_episodes(o, engines);
+    const auto& s = samples[0];
+    EXPECT_EQ(s.status, rl::SampleStatus::kAborted);
+    EXPECT_TRUE(s.remove);
+    EXPECT_EQ(s.metadata["agent"]["end_reason"], c.end_reason);
+    EXPECT_NO_THROW(s.metadata.dump());  // strict: every string valid UTF-8
+    EXPECT_EQ(samples[1].metadata["agent"]["end_reason"], "done");  // the others go on
+    std::map<std::string, double> m;
+    add_agent_metrics(samples, m);
+    EXPECT_EQ(m["rollout/agent/oversized_responses"], c.oversized);
+    EXPECT_EQ(m["rollout/agent/env_errors"], 2.0);  // and episode 2's timeout
+  }
+}
+
 TEST(AgentEpisodes, TheTokenBudgetEndsAnEpisodeBeforeAnObservationThatDoesNotFit) {
   CalculatorEnv env;
   ScriptedEngines engines;
@@ -404,6 +490,8 @@ TEST(AgentOptions, BadValuesNameTheirFlag) {
       {[](RolloutConfig& o) { o.agent.agent_env_timeout = 0; }, "--agent-env-timeout"},
       {[](RolloutConfig& o) { o.agent.agent_env_max_retries = -1; }, "--agent-env-max-retries"},
       {[](RolloutConfig& o) { o.agent.agent_env_concurrency = 0; }, "--agent-env-concurrency"},
+      {[](RolloutConfig& o) { o.agent.agent_env_max_response_bytes = 0; },
+       "--agent-env-max-response-bytes"},
       {[](RolloutConfig& o) { o.agent.agent_env_url = "localhost:80"; }, "--agent-env-url"},
       {[](RolloutConfig& o) { o.engine.record_routing = true; }, "--use-rollout-routing-replay"},
       {[](RolloutConfig& o) { o.rollout.partial_rollout = true; }, "--partial-rollout"},
