@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -39,19 +40,88 @@
 #include "engine/weight_sync.h"
 #include "models/hf_model.h"
 #include "rollout/engine_layout.h"
+#include "rollout/engine_server_process.h"
 #include "rollout/rollout_engines.h"
 
 namespace furlong::rollout {
+
+dist::ChildOptions engine_server_child_options(const RolloutConfig& o, int port,
+                                               const std::string& device) {
+  dist::ChildOptions c;
+  c.argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
+            "serve",
+            "--hf-checkpoint",
+            o.engine.hf_checkpoint,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            std::to_string(port),
+            "--max-total-tokens",
+            std::to_string(o.rollout.engine_max_total_tokens),
+            "--attn-implementation",
+            o.engine.attn_implementation,
+            o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
+  // The trainer's compute dtype, so engine and trainer log-probs share their arithmetic.
+  c.argv.push_back("--dtype");
+  c.argv.push_back(o.engine.dtype(""));
+  if (o.rollout.engine_mem_fraction_static > 0) {
+    c.argv.push_back("--mem-fraction-static");
+    c.argv.push_back(std::to_string(o.rollout.engine_mem_fraction_static));
+  }
+  if (o.rollout.engine_num_threads > 0) {
+    c.argv.push_back("--num-threads");
+    c.argv.push_back(std::to_string(o.rollout.engine_num_threads));
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--chunked-prefill-size", o.rollout.engine_chunked_prefill_size},
+        std::pair{"--decode-log-interval", o.rollout.engine_decode_log_interval},
+        std::pair{"--max-running-requests", o.rollout.engine_max_running_requests},
+        std::pair{"--max-prefill-tokens", o.rollout.engine_max_prefill_tokens},
+        std::pair{"--context-length", o.rollout.engine_context_length}}) {
+    c.argv.push_back(flag);
+    c.argv.push_back(std::to_string(value));
+  }
+  if (o.rollout.engine_disable_radix_cache) c.argv.push_back("--no-prefix-sharing");
+  if (o.engine.record_routing) c.argv.push_back("--enable-return-routed-experts");
+  // The server is not a training rank: it must not see the trainer's rendezvous variables.
+  static const std::vector<std::string> kDrop = {
+      "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"};
+  c.env.emplace();
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    if (std::find(kDrop.begin(), kDrop.end(), key) != kDrop.end()) continue;
+    if (key.rfind("TORCHELASTIC_", 0) == 0) continue;
+    if (!device.empty() && key == "CUDA_VISIBLE_DEVICES") continue;
+    c.env->push_back(std::move(kv));
+  }
+  if (!device.empty()) {
+    c.env->push_back("CUDA_VISIBLE_DEVICES=" + device);
+    c.argv.push_back("--device");
+    c.argv.push_back("cuda:0");
+  }
+  c.kill_grace = std::chrono::seconds(5);
+  // A trainer that is SIGKILLed takes its servers along (they would hold the model and their
+  // ports, reparented to PID 1). The kernel signals when the thread that started the child
+  // ends: RemoteEngines is built on the trainer's main thread.
+  c.die_with_parent = true;
+  return c;
+}
+
 namespace {
 
 using engine::server::EngineClient;
 
 // A `furlong serve` child process (output: the trainer's), stopped when destroyed: SIGTERM,
-// then SIGKILL after 5 s (dist::ChildProcess, which never signals a server it already reaped).
+// then SIGKILL after 5 s (dist::ChildProcess, which never signals a server it already reaped);
+// killed by the kernel when the trainer dies (engine_server_child_options).
 class ServerProcess {
  public:
   ServerProcess(const RolloutConfig& o, int port, int index)
-      : port_(port), device_(engine_device(index)), child_(child_options(o, port, device_)) {
+      : port_(port),
+        device_(engine_device(index)),
+        child_(engine_server_child_options(o, port, device_)) {
     LOG_INFO("started engine server ", index, " (pid ", child_.pid(), ") on 127.0.0.1:", port, ", ",
              device_.empty() ? "on the CPU (no CUDA device)" : "CUDA device " + device_);
   }
@@ -80,66 +150,6 @@ class ServerProcess {
     return d.device;
   }
 
-  static dist::ChildOptions child_options(const RolloutConfig& o, int port,
-                                          const std::string& device) {
-    dist::ChildOptions c;
-    c.argv = {std::filesystem::read_symlink("/proc/self/exe").string(),
-              "serve",
-              "--hf-checkpoint",
-              o.engine.hf_checkpoint,
-              "--host",
-              "127.0.0.1",
-              "--port",
-              std::to_string(port),
-              "--max-total-tokens",
-              std::to_string(o.rollout.engine_max_total_tokens),
-              "--attn-implementation",
-              o.engine.attn_implementation,
-              o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
-    // The trainer's compute dtype, so engine and trainer log-probs share their arithmetic.
-    c.argv.push_back("--dtype");
-    c.argv.push_back(o.engine.dtype(""));
-    if (o.rollout.engine_mem_fraction_static > 0) {
-      c.argv.push_back("--mem-fraction-static");
-      c.argv.push_back(std::to_string(o.rollout.engine_mem_fraction_static));
-    }
-    if (o.rollout.engine_num_threads > 0) {
-      c.argv.push_back("--num-threads");
-      c.argv.push_back(std::to_string(o.rollout.engine_num_threads));
-    }
-    for (const auto& [flag, value] :
-         {std::pair{"--chunked-prefill-size", o.rollout.engine_chunked_prefill_size},
-          std::pair{"--decode-log-interval", o.rollout.engine_decode_log_interval},
-          std::pair{"--max-running-requests", o.rollout.engine_max_running_requests},
-          std::pair{"--max-prefill-tokens", o.rollout.engine_max_prefill_tokens},
-          std::pair{"--context-length", o.rollout.engine_context_length}}) {
-      c.argv.push_back(flag);
-      c.argv.push_back(std::to_string(value));
-    }
-    if (o.rollout.engine_disable_radix_cache) c.argv.push_back("--no-prefix-sharing");
-    if (o.engine.record_routing) c.argv.push_back("--enable-return-routed-experts");
-    // The server is not a training rank: it must not see the trainer's rendezvous variables.
-    static const std::vector<std::string> kDrop = {
-        "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"};
-    c.env.emplace();
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv = *e;
-      const std::string key = kv.substr(0, kv.find('='));
-      if (std::find(kDrop.begin(), kDrop.end(), key) != kDrop.end()) continue;
-      if (key.rfind("TORCHELASTIC_", 0) == 0) continue;
-      if (!device.empty() && key == "CUDA_VISIBLE_DEVICES") continue;
-      c.env->push_back(std::move(kv));
-    }
-    if (!device.empty()) {
-      c.env->push_back("CUDA_VISIBLE_DEVICES=" + device);
-      c.argv.push_back("--device");
-      c.argv.push_back("cuda:0");
-    }
-    c.kill_grace = std::chrono::seconds(5);
-    return c;
-  }
-
   int port_;
   std::string device_;
   dist::ChildProcess child_;
@@ -163,7 +173,7 @@ class RemoteEngines : public RolloutEngines {
     }
     auto urls = options.rollout.rollout_engine_urls;
     if (urls.empty()) {
-      // --rollout-num-gpus / --rollout-num-gpus-per-engine when given (train/engine_layout.h)
+      // --rollout-num-gpus / --rollout-num-gpus-per-engine when given (rollout/engine_layout.h)
       const int64_t count = disaggregated_num_engines(options.rollout);
       FURLONG_CHECK(count >= 1, "--rollout-num-engines must be >= 1");
       for (int i = 0; i < count; ++i) {
@@ -248,12 +258,17 @@ class RemoteEngines : public RolloutEngines {
   int64_t sync_weights(const WeightSource& weights, int64_t version, bool check_equal) override {
     int64_t bytes = 0;
     std::vector<std::pair<std::string, uint64_t>> sent;  // per-tensor digests, all buckets
+    SyncWait wait(*this, version);  // report_long_waits() names a sync that takes long
     weights([&](const std::vector<std::pair<std::string, at::Tensor>>& bucket) {
       if (clients_.empty()) return;
       if (bytes == 0) {
         wait_idle();
-        if (!group_) join_group();
+        if (!group_) {
+          wait.stage("forming the weight group (the engines join it)");
+          join_group();
+        }
       }
+      wait.stage("broadcasting the weights to the engines");
       send_bucket(bucket, version);
       for (const auto& [name, t] : bucket) {
         bytes += static_cast<int64_t>(t.nbytes());
@@ -297,6 +312,33 @@ class RemoteEngines : public RolloutEngines {
     std::chrono::steady_clock::time_point since;
   };
 
+  // What a weight sync in progress is waiting for, for report_long_waits(): the stage (the
+  // rendezvous, or one bucket's broadcast) and when it began; cleared when the sync ends,
+  // whichever way.
+  struct SyncState {
+    int64_t version = 0;
+    std::string stage;
+    std::chrono::steady_clock::time_point since;
+  };
+  class SyncWait {
+   public:
+    SyncWait(RemoteEngines& engines, int64_t version) : engines_(engines), version_(version) {}
+    ~SyncWait() {
+      std::lock_guard<std::mutex> lock(engines_.mu_);
+      engines_.sync_.reset();
+    }
+    SyncWait(const SyncWait&) = delete;
+    SyncWait& operator=(const SyncWait&) = delete;
+    void stage(const std::string& what) {
+      std::lock_guard<std::mutex> lock(engines_.mu_);
+      engines_.sync_ = SyncState{version_, what, std::chrono::steady_clock::now()};
+    }
+
+   private:
+    RemoteEngines& engines_;
+    int64_t version_;
+  };
+
   // A /health probe that gives up quickly.
   static engine::server::ClientOptions probe_options() {
     engine::server::ClientOptions quick;
@@ -331,20 +373,37 @@ class RemoteEngines : public RolloutEngines {
     return out;
   }
 
+  // The group's collectives (each weight broadcast) are bounded like requests, so that an
+  // engine stalled during a sync ends the run as soon as one stalled during generation.
+  double group_timeout_s() const {
+    const double request_bound = options_.rollout.rollout_engine_request_timeout;
+    return request_bound > 0 ? std::min(options_.rollout.engine_startup_timeout, request_bound)
+                             : options_.rollout.engine_startup_timeout;
+  }
+
   void join_group() {
     engine::WeightGroupSpec spec;
     spec.master_addr = weight_sync_address();
     spec.master_port = dist::pick_free_port(spec.master_addr);
     spec.group_name = kGroupName;
-    // The group's collectives (each weight broadcast) are bounded like requests, so that an
-    // engine stalled during a sync ends the run as soon as one stalled during generation.
-    const double request_bound = options_.rollout.rollout_engine_request_timeout;
-    spec.timeout_seconds = request_bound > 0
-                               ? std::min(options_.rollout.engine_startup_timeout, request_bound)
-                               : options_.rollout.engine_startup_timeout;
+    spec.timeout_seconds = group_timeout_s();
+    for (const auto& c : clients_) leave_stale_group(*c);
     group_ = engine::server::connect_remote_engines(engine_list(), spec);
     LOG_INFO("weight-sync group formed with ", clients_.size(), " engine(s) at ", spec.master_addr,
              ":", spec.master_port);
+  }
+
+  // An engine refuses a second weight group, and the group of a trainer that was killed stays
+  // in the engine (nobody told it to leave): a restarted trainer could never rejoin. So every
+  // engine leaves whatever group it holds before this trainer forms its own (an engine serves
+  // one trainer). An engine with no group answers this too; one that fails here says why when
+  // it is asked to join.
+  static void leave_stale_group(const EngineClient& c) {
+    try {
+      c.destroy_weights_update_group(kGroupName);
+    } catch (const std::exception& e) {
+      LOG_DEBUG("engine ", c.base_url(), ": leaving an earlier weight group: ", e.what());
+    }
   }
 
   // The host part of "http://host:port/...".
@@ -487,6 +546,7 @@ class RemoteEngines : public RolloutEngines {
       report_cv_.wait_for(lock, interval);
       if (stopping_) return;
       const auto now = std::chrono::steady_clock::now();
+      const std::optional<SyncState> sync = sync_;
       std::vector<std::pair<int64_t, double>> per_engine(clients_.size(), {0, 0.0});
       for (const auto& w : waiting_) {
         auto& [count, oldest] = per_engine[w.engine_index];
@@ -498,6 +558,10 @@ class RemoteEngines : public RolloutEngines {
         const auto [count, oldest] = per_engine[i];
         if (count == 0 || oldest < std::chrono::duration<double>(interval).count()) continue;
         report_wait(i, count, oldest);
+      }
+      const double synced_s = sync ? std::chrono::duration<double>(now - sync->since).count() : 0;
+      if (sync && synced_s >= std::chrono::duration<double>(interval).count()) {
+        report_sync_wait(*sync, synced_s);
       }
       lock.lock();
     }
@@ -513,6 +577,22 @@ class RemoteEngines : public RolloutEngines {
                              " s, --rollout-engine-request-timeout)"
                        : std::string(),
              healthy ? "; /health answers" : "; /health does not answer either (stopped or hung?)");
+  }
+
+  // A weight sync that has waited an interval: what for, how long, the bound, and which engines
+  // answer /health (an engine stopped mid-broadcast holds the sync until the bound).
+  void report_sync_wait(const SyncState& sync, double waited_s) const {
+    std::string health;
+    for (const auto& c : clients_) {
+      EngineClient probe(c->base_url(), probe_options());
+      health +=
+          "; " + c->base_url() +
+          (probe.health() ? " answers /health" : " does not answer /health (stopped or hung?)");
+    }
+    LOG_WARN(
+        "weight sync (version ", sync.version, "): waiting for ", static_cast<int64_t>(waited_s),
+        " s, ", sync.stage, " (the run fails at ", static_cast<int64_t>(group_timeout_s()),
+        " s: --engine-startup-timeout, or --rollout-engine-request-timeout when shorter)", health);
   }
 
   // "engine URL failed WHAT (the server process ended: STATUS): CAUSE", the one shape of
@@ -537,6 +617,7 @@ class RemoteEngines : public RolloutEngines {
   std::condition_variable report_cv_;  // wakes report_long_waits() to stop
   std::deque<Job> queue_;
   std::list<Waiting> waiting_;
+  std::optional<SyncState> sync_;  // the weight sync in progress, if any
   std::vector<std::thread> threads_;
   size_t next_engine_ = 0;
   int64_t in_flight_ = 0;

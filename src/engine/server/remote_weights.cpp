@@ -3,6 +3,10 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 
 namespace furlong::engine::server {
 namespace {
@@ -36,14 +40,32 @@ std::unique_ptr<dist::ProcessGroups> connect_remote_engines(
   FURLONG_CHECK(!engines.empty(), "connect_remote_engines: no engines");
   spec.world_size = static_cast<int>(engines.size()) + 1;
   std::unique_ptr<dist::ProcessGroups> group;
-  with_engines_concurrently(
-      engines.size(),
-      [&](size_t i) {
-        WeightGroupSpec mine = spec;
-        mine.rank_offset = static_cast<int>(i) + 1;
-        engines[i]->init_weights_update_group(mine);
-      },
-      [&] { group = join_weight_group(spec, 0); });
+  // An engine that refuses to join leaves this side waiting in the rendezvous until its bound;
+  // its answer, not the rendezvous's "1 of 2 ranks joined", says what went wrong.
+  std::vector<std::string> refusals(engines.size());
+  try {
+    with_engines_concurrently(
+        engines.size(),
+        [&](size_t i) {
+          WeightGroupSpec mine = spec;
+          mine.rank_offset = static_cast<int>(i) + 1;
+          try {
+            engines[i]->init_weights_update_group(mine);
+          } catch (const std::exception& e) {
+            refusals[i] = e.what();
+            throw;
+          }
+        },
+        [&] { group = join_weight_group(spec, 0); });
+  } catch (const std::exception& e) {
+    std::string why;
+    for (const auto& r : refusals) {
+      if (!r.empty()) why += "; " + r;
+    }
+    if (why.empty()) throw;
+    FURLONG_FAIL("the weight update group did not form: an engine refused to join", why,
+                 " (rendezvous: ", e.what(), ")");
+  }
   return group;
 }
 
