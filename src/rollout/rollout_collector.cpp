@@ -8,15 +8,18 @@
 #include <deque>
 #include <mutex>
 
+#include "core/concurrency.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/timer.h"
 #include "data/dynamic_filter.h"
 #include "metrics/diagnostics.h"
 #include "metrics/run_report.h"
 #include "rl/advantages.h"
 #include "rollout/agent_episode.h"
 #include "rollout/engine_layout.h"
+#include "rollout/group_completion.h"
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::rollout {
@@ -188,6 +191,72 @@ engine::SamplingParams RolloutCollector::sampling_params(bool eval) const {
   return p;
 }
 
+// One request per sample that still needs tokens, with the budget it has left and a seed of its
+// own; the others count as done at once.
+void RolloutCollector::submit_groups(std::vector<std::vector<rl::Sample>>& groups,
+                                     const engine::SamplingParams& params, bool routed_experts,
+                                     GroupCompletion& completion, FirstError& callback_error) {
+  const auto engine_of_group =
+      split_groups_over_engines(static_cast<int64_t>(groups.size()), engines_.num_engines());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    for (auto& sample : groups[gi]) {
+      // A partial sample continues from its tokens with the budget it has left (miles).
+      const int64_t budget = data::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()),
+                                                      sample.response_length, params.max_new_tokens,
+                                                      options_.rollout.rollout_max_context_len);
+      if (!data::needs_generation(sample) || budget <= 0) {
+        // Finished in an earlier rollout, or no token budget: no request (miles).
+        if (data::needs_generation(sample)) data::mark_no_budget(sample);
+        completion.skip_sample(gi);
+        continue;
+      }
+      completion.expect_request();
+      rl::Sample* target = &sample;
+      auto done = [this, &completion, &callback_error, gi, budget, target,
+                   routed_experts](engine::GenerateOutput out) {
+        // Runs on an engine thread; a failure is raised on the driver thread after the round.
+        completion.request_done(gi, [&] {
+          try {
+            record_output(*target, std::move(out), budget, routed_experts);
+          } catch (const std::exception& e) {
+            callback_error.record(e.what());
+          }
+        });
+      };
+      engines_.submit_to(engine_of_group[gi], request_for(sample, params, budget, routed_experts),
+                         std::move(done));
+    }
+  }
+}
+
+engine::GenerateRequest RolloutCollector::request_for(const rl::Sample& sample,
+                                                      const engine::SamplingParams& params,
+                                                      int64_t budget, bool routed_experts) const {
+  engine::GenerateRequest request{
+      .input_ids = sample.tokens, .sampling = params, .return_routed_experts = routed_experts};
+  request.sampling.max_new_tokens = budget;
+  // Per-sample seed from the run seed and the sample's running index: the same sample draws
+  // the same random numbers in a rerun, whatever else shares the engine's batch (and with
+  // colocated engines, which queue a round at once, gets the same tokens).
+  // (63 bits: servers take the seed as a non-negative JSON integer.)
+  request.sampling.seed = mix_seed(static_cast<uint64_t>(options_.data.rollout_seed),
+                                   static_cast<uint64_t>(sample.index)) >>
+                          1;
+  return request;
+}
+
+void RolloutCollector::record_output(rl::Sample& sample, engine::GenerateOutput&& out,
+                                     int64_t budget, bool routed_experts) const {
+  data::GeneratedResponse response{.token_ids = out.output_ids,
+                                   .log_probs = out.output_logprobs,
+                                   .finish_reason = engine::finish_reason_name(out.finish_reason),
+                                   .text = decode_text(out.output_ids),
+                                   .weight_version = out.weight_version};
+  data::append_response(sample, response, budget);
+  sample.metadata["weight_version"] = out.weight_version;
+  take_routed_experts(sample, std::move(out), routed_experts);
+}
+
 void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> groups,
                                        const engine::SamplingParams& params,
                                        const GroupConsumer& consume, bool routed_experts,
@@ -196,101 +265,27 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
     agent_->generate_groups(engines_, std::move(groups), params, consume);
     return;
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int64_t> remaining(groups.size());
-  std::deque<size_t> finished;  // completion order
+  std::vector<size_t> sizes;
+  int64_t total_samples = 0;
+  for (const auto& g : groups) {
+    sizes.push_back(g.size());
+    total_samples += static_cast<int64_t>(g.size());
+  }
   // With several engines, groups are taken in their order, once all before them are done, so
   // what is kept does not depend on which engine finished first.
-  const bool in_order = engines_.num_engines() > 1;
-  std::vector<char> group_done(groups.size(), 0);
-  size_t next_in_order = 0;
-  auto finish_group = [&](size_t gi) {  // under mu
-    finished.push_back(gi);
-    group_done[gi] = 1;
-  };
-  const auto engine_of_group =
-      split_groups_over_engines(static_cast<int64_t>(groups.size()), engines_.num_engines());
-  int64_t outstanding = 0, total_samples = 0;
-  std::string callback_error;
-  for (const auto& g : groups) total_samples += static_cast<int64_t>(g.size());
+  GroupCompletion completion(sizes, /*in_group_order=*/engines_.num_engines() > 1);
+  FirstError callback_error;
   ProgressBar bar(label, total_samples, "samples");
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    remaining[gi] = static_cast<int64_t>(groups[gi].size());
-    for (auto& sample : groups[gi]) {
-      // A partial sample continues from its tokens with the budget it has left (miles).
-      const int64_t budget = data::max_new_tokens_for(static_cast<int64_t>(sample.tokens.size()),
-                                                      sample.response_length, params.max_new_tokens,
-                                                      options_.rollout.rollout_max_context_len);
-      const bool send = data::needs_generation(sample) && budget > 0;
-      if (!send) {  // finished in an earlier rollout, or no token budget: no request (miles)
-        if (data::needs_generation(sample)) data::mark_no_budget(sample);
-        std::lock_guard<std::mutex> lock(mu);
-        if (--remaining[gi] == 0) finish_group(gi);
-        continue;
-      }
-      engine::GenerateRequest request{
-          .input_ids = sample.tokens, .sampling = params, .return_routed_experts = routed_experts};
-      request.sampling.max_new_tokens = budget;
-      // Per-sample seed from the run seed and the sample's running index: the same sample draws
-      // the same random numbers in a rerun, whatever else shares the engine's batch (and with
-      // colocated engines, which queue a round at once, gets the same tokens).
-      // (63 bits: servers take the seed as a non-negative JSON integer.)
-      request.sampling.seed = mix_seed(static_cast<uint64_t>(options_.data.rollout_seed),
-                                       static_cast<uint64_t>(sample.index)) >>
-                              1;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ++outstanding;
-      }
-      rl::Sample* target = &sample;
-      auto done = [&, gi, budget, target](engine::GenerateOutput out) {
-        // Runs on an engine thread: failures are recorded and raised on the driver thread.
-        std::lock_guard<std::mutex> lock(mu);
-        try {
-          data::GeneratedResponse response{
-              .token_ids = out.output_ids,
-              .log_probs = out.output_logprobs,
-              .finish_reason = engine::finish_reason_name(out.finish_reason),
-              .text = decode_text(out.output_ids),
-              .weight_version = out.weight_version};
-          data::append_response(*target, response, budget);
-          target->metadata["weight_version"] = out.weight_version;
-          take_routed_experts(*target, std::move(out), routed_experts);
-        } catch (const std::exception& e) {
-          if (callback_error.empty()) callback_error = e.what();
-        }
-        --outstanding;
-        if (--remaining[gi] == 0) finish_group(gi);
-        cv.notify_all();
-      };
-      engines_.submit_to(engine_of_group[gi], std::move(request), std::move(done));
-    }
-  }
+  submit_groups(groups, params, routed_experts, completion, callback_error);
   engines_.dispatch();  // queues the round; returns when other ranks' shares are done
-  auto ready = [&] {
-    return in_order ? next_in_order < groups.size() && group_done[next_in_order] != 0
-                    : !finished.empty();
-  };
   bool stopped = false;
-  while (true) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return ready() || outstanding == 0; });
-    if (!ready()) break;  // nothing (more) to take and nothing outstanding
-    size_t gi = 0;
-    if (in_order) {
-      gi = next_in_order++;
-    } else {
-      gi = finished.front();
-      finished.pop_front();
-    }
-    lock.unlock();
-    bar.advance(static_cast<int64_t>(groups[gi].size()));
+  while (auto gi = completion.next()) {
+    bar.advance(static_cast<int64_t>(groups[*gi].size()));
     if (stopped) {  // aborted (or late) leftovers after the consumer had enough
-      if (leftover) leftover(std::move(groups[gi]));
+      if (leftover) leftover(std::move(groups[*gi]));
       continue;
     }
-    if (consume(std::move(groups[gi]))) {
+    if (consume(std::move(groups[*gi]))) {
       stopped = true;
       engines_.abort_all();
     }
@@ -298,7 +293,7 @@ void RolloutCollector::generate_groups(std::vector<std::vector<rl::Sample>> grou
   bar.finish();
   engines_.rethrow_errors();
   if (stopped) engines_.end_abort();  // every request of this round has returned
-  FURLONG_CHECK(callback_error.empty(), "rollout: ", callback_error);
+  FURLONG_CHECK(callback_error.empty(), "rollout: ", callback_error.message());
 }
 
 std::vector<data::SampleGroup> RolloutCollector::next_refill(int64_t num_groups,
@@ -344,87 +339,95 @@ std::map<std::string, double> weight_version_metrics(const std::vector<rl::Sampl
   return m;
 }
 
-RolloutResult RolloutCollector::collect(int64_t rollout_id) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Refills until the collector has enough groups (dynamic sampling may reject some): each
+// finished group is graded and offered; what is still generating at the end goes to
+// `unfinished` under --partial-rollout (else it is dropped).
+void RolloutCollector::generate_until_enough(data::GroupCollector& collector, RoundTally& tally,
+                                             std::vector<data::SampleGroup>& unfinished,
+                                             std::map<std::string, double>& metrics) {
   const int64_t target = *options_.data.rollout_batch_size;
   const int64_t per_refill =
       std::max(target, options_.rollout.over_sampling_batch_size.value_or(target));
-  data::GroupCollector collector(
-      target, options_.data.n_samples_per_prompt,
-      data::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
-  std::map<std::string, double> metrics;
-  int64_t generated_groups = 0, zero_std_groups = 0;
-  std::vector<std::vector<double>> first_rewards;  // every generated group's, first rollout only
   const auto params = sampling_params(/*eval=*/false);
-  const bool routed = options_.engine.record_routing;
-  // --partial-rollout: what is still in flight at the abort waits for the next rollout.
-  std::vector<data::SampleGroup> unfinished;
   GroupSink keep_unfinished;
   if (partial_buffer_) {
     keep_unfinished = [&](std::vector<rl::Sample>&& g) { unfinished.push_back(std::move(g)); };
   }
+  auto grade_and_offer = [&](std::vector<rl::Sample>&& group) {
+    ++tally.generated_groups;
+    std::vector<rl::Sample*> ptrs;
+    for (auto& s : group) ptrs.push_back(&s);
+    reward_(ptrs);
+    if (!spread_checked_) {
+      tally.first_rewards.emplace_back();
+      for (const auto& s : group) tally.first_rewards.back().push_back(s.raw_reward);
+    }
+    if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
+      ++tally.zero_std_groups;
+      metrics["rollout/zero_std/count_" + data::rounded_reward_text(group.front().raw_reward)] += 1;
+    }
+    collector.offer(std::move(group));
+    return collector.done();
+  };
   while (!collector.done()) {
-    generate_groups(
-        next_refill(per_refill, metrics), params,
-        [&](std::vector<rl::Sample>&& group) {
-          ++generated_groups;
-          std::vector<rl::Sample*> ptrs;
-          for (auto& s : group) ptrs.push_back(&s);
-          reward_(ptrs);
-          if (!spread_checked_) {
-            first_rewards.emplace_back();
-            for (const auto& s : group) first_rewards.back().push_back(s.raw_reward);
-          }
-          if (group.size() > 1 && !(data::group_reward_std(group) > 1e-8)) {
-            ++zero_std_groups;
-            metrics["rollout/zero_std/count_" +
-                    data::rounded_reward_text(group.front().raw_reward)] += 1;
-          }
-          collector.offer(std::move(group));
-          return collector.done();
-        },
-        routed, keep_unfinished);
-    FURLONG_CHECK(collector.done() || generated_groups < 100 * target + 1000,
+    generate_groups(next_refill(per_refill, metrics), params, grade_and_offer,
+                    options_.engine.record_routing, keep_unfinished);
+    FURLONG_CHECK(collector.done() || tally.generated_groups < 100 * target + 1000,
                   "dynamic sampling kept only ", collector.num_kept(), " of ", target,
-                  " groups after ", generated_groups,
+                  " groups after ", tally.generated_groups,
                   " generated: the filter rejects almost everything (check the rewards)");
   }
-  if (!spread_checked_) {  // a run whose first rollout has no reward spread learns nothing
-    spread_checked_ = true;
-    const auto warning = metrics::zero_reward_spread_warning(first_rewards, reward_setup(options_));
-    if (!warning.empty()) LOG_WARN(warning);
-  }
-  for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
-  if (partial_buffer_) {
-    for (const auto& g : unfinished) {
-      for (const auto& s : g) {
-        metrics["rollout/partial/buffered_samples"] += 1;
-        metrics["rollout/partial/buffered_tokens"] += static_cast<double>(s.response_length);
-      }
+}
+
+// A run whose first rollout has no reward spread learns nothing: say so, once.
+void RolloutCollector::check_reward_spread_once(const std::vector<std::vector<double>>& rewards) {
+  if (spread_checked_) return;
+  spread_checked_ = true;
+  const auto warning = metrics::zero_reward_spread_warning(rewards, reward_setup(options_));
+  if (!warning.empty()) LOG_WARN(warning);
+}
+
+void RolloutCollector::buffer_unfinished(std::vector<data::SampleGroup>&& unfinished,
+                                         int64_t rollout_id,
+                                         std::map<std::string, double>& metrics) {
+  for (const auto& g : unfinished) {
+    for (const auto& s : g) {
+      metrics["rollout/partial/buffered_samples"] += 1;
+      metrics["rollout/partial/buffered_tokens"] += static_cast<double>(s.response_length);
     }
-    partial_buffer_->add(std::move(unfinished), rollout_id);
-    metrics["rollout/partial/buffer_groups"] = static_cast<double>(partial_buffer_->size());
   }
-  RolloutResult result;
-  std::vector<std::vector<double>> group_raw;  // pass@k
-  // In prompt order, whatever order the groups finished in: a rerun (or a run on other
-  // engines) trains on the same batch.
+  partial_buffer_->add(std::move(unfinished), rollout_id);
+  metrics["rollout/partial/buffer_groups"] = static_cast<double>(partial_buffer_->size());
+}
+
+// The kept groups' samples in prompt order, whatever order the groups finished in (a rerun, or
+// a run on other engines, trains on the same batch); returns each group's raw rewards.
+static std::vector<std::vector<double>> take_in_prompt_order(data::GroupCollector& collector,
+                                                             std::vector<rl::Sample>& samples) {
   auto kept = collector.take_kept();
   std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
     return a.front().group_index < b.front().group_index;
   });
+  std::vector<std::vector<double>> group_raw;
   for (auto& g : kept) {
     group_raw.emplace_back();
     for (auto& s : g) {
       group_raw.back().push_back(s.raw_reward);
-      result.samples.push_back(std::move(s));
+      samples.push_back(std::move(s));
     }
   }
+  return group_raw;
+}
 
-  // Rollout-side metrics (miles' names).
+// Rollout-side metrics (miles' names) of the kept samples; fails when the reward server failed
+// for half of them or more.
+void RolloutCollector::add_rollout_metrics(const std::vector<rl::Sample>& samples,
+                                           const std::vector<std::vector<double>>& group_raw,
+                                           const RoundTally& tally, double seconds,
+                                           std::map<std::string, double>& metrics) const {
   std::vector<const rl::Sample*> all;
   double raw_sum = 0, tokens = 0, reward_failures = 0;
-  for (const auto& s : result.samples) {
+  for (const auto& s : samples) {
     all.push_back(&s);
     reward_failures += s.metadata.contains("reward_error") ? 1.0 : 0.0;
     raw_sum += s.raw_reward;
@@ -432,15 +435,13 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
   }
   add_length_metrics(all, "rollout/", metrics);
   metrics["rollout/reward_failures"] = reward_failures;
-  add_agent_metrics(result.samples, metrics);  // rollout/agent/* (episodes only)
+  add_agent_metrics(samples, metrics);  // rollout/agent/* (episodes only)
   FURLONG_CHECK(all.empty() || reward_failures < 0.5 * static_cast<double>(all.size()),
                 "the reward server failed for ", reward_failures, " of ", all.size(),
                 " samples of this rollout (after retries); see the errors above");
   metrics["rollout/raw_reward"] = raw_sum / std::max<double>(1.0, static_cast<double>(all.size()));
   metrics["rollout/zero_std/ratio"] =
-      static_cast<double>(zero_std_groups) / std::max<double>(1.0, generated_groups);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      static_cast<double>(tally.zero_std_groups) / std::max<double>(1.0, tally.generated_groups);
   metrics["perf/rollout_time"] = seconds;
   // miles: response tokens / rollout time / rollout GPUs (colocated: the engines' ranks).
   const auto& r = options_.rollout;
@@ -451,11 +452,29 @@ RolloutResult RolloutCollector::collect(int64_t rollout_id) {
                                   : r.rollout_num_gpus.value_or(servers);
   metrics["perf/tokens_per_gpu_per_sec"] =
       tokens / std::max(seconds, 1e-9) / static_cast<double>(std::max<int64_t>(gpus, 1));
-  metrics["rollout/generated_groups"] = static_cast<double>(generated_groups);
+  metrics["rollout/generated_groups"] = static_cast<double>(tally.generated_groups);
   for (const auto& [k, v] : pass_at_k(group_raw)) {
     metrics["passrate/pass@" + std::to_string(k)] = v;
   }
-  for (const auto& [k, v] : weight_version_metrics(result.samples)) metrics[k] = v;
+  for (const auto& [k, v] : weight_version_metrics(samples)) metrics[k] = v;
+}
+
+RolloutResult RolloutCollector::collect(int64_t rollout_id) {
+  const Stopwatch watch;
+  data::GroupCollector collector(
+      *options_.data.rollout_batch_size, options_.data.n_samples_per_prompt,
+      data::dynamic_filter_from_path(options_.rollout.dynamic_sampling_filter_path));
+  std::map<std::string, double> metrics;
+  RoundTally tally;
+  std::vector<data::SampleGroup> unfinished;  // --partial-rollout: continues next rollout
+  generate_until_enough(collector, tally, unfinished, metrics);
+  check_reward_spread_once(tally.first_rewards);
+  for (const auto& [k, v] : collector.metrics()) metrics[k] = v;
+  if (partial_buffer_) buffer_unfinished(std::move(unfinished), rollout_id, metrics);
+  RolloutResult result;
+  const auto group_raw = take_in_prompt_order(collector, result.samples);
+  // Timed up to here: what follows is bookkeeping.
+  add_rollout_metrics(result.samples, group_raw, tally, watch.seconds(), metrics);
   result.metrics = std::move(metrics);
   return result;
 }

@@ -23,6 +23,12 @@
 #include "rollout/options.h"
 #include "rollout/rollout_engines.h"
 
+namespace furlong {
+class FirstError;
+}
+namespace furlong::data {
+class GroupCollector;
+}
 namespace furlong::tokenizer {
 class Tokenizer;
 }
@@ -30,6 +36,7 @@ class Tokenizer;
 namespace furlong::rollout {
 
 class AgentEpisodeRunner;
+class GroupCompletion;
 
 // Grades samples (their response text, label and metadata): fills raw_reward of each.
 using RewardFn = std::function<void(std::vector<rl::Sample*>& samples)>;
@@ -93,6 +100,32 @@ class RolloutCollector {
   // The next refill: buffered groups first (restarting samples past --max-weight-staleness,
   // masking older-weight prefixes under --mask-offpolicy-in-partial-rollout), then fresh ones.
   std::vector<data::SampleGroup> next_refill(int64_t num_groups, std::map<std::string, double>& m);
+
+  // What one collect() counted while generating.
+  struct RoundTally {
+    int64_t generated_groups = 0;
+    int64_t zero_std_groups = 0;
+    std::vector<std::vector<double>> first_rewards;  // every group's, first rollout only
+  };
+  // The steps of generate_groups and collect (rollout_collector.cpp says what each does).
+  void submit_groups(std::vector<std::vector<rl::Sample>>& groups,
+                     const engine::SamplingParams& params, bool routed_experts,
+                     GroupCompletion& completion, FirstError& callback_error);
+  engine::GenerateRequest request_for(const rl::Sample& sample,
+                                      const engine::SamplingParams& params, int64_t budget,
+                                      bool routed_experts) const;
+  void record_output(rl::Sample& sample, engine::GenerateOutput&& out, int64_t budget,
+                     bool routed_experts) const;
+  void generate_until_enough(data::GroupCollector& collector, RoundTally& tally,
+                             std::vector<data::SampleGroup>& unfinished,
+                             std::map<std::string, double>& metrics);
+  void check_reward_spread_once(const std::vector<std::vector<double>>& rewards);
+  void buffer_unfinished(std::vector<data::SampleGroup>&& unfinished, int64_t rollout_id,
+                         std::map<std::string, double>& metrics);
+  void add_rollout_metrics(const std::vector<rl::Sample>& samples,
+                           const std::vector<std::vector<double>>& group_raw,
+                           const RoundTally& tally, double seconds,
+                           std::map<std::string, double>& metrics) const;
   engine::SamplingParams sampling_params(bool eval) const;
   std::string decode_text(const std::vector<int64_t>& ids) const;
 
