@@ -8,9 +8,9 @@
 
 #include <chrono>
 
+#include "core/device_memory.h"
 #include "core/digest.h"
 #include "cuda_test_util.h"
-#include "core/device_memory.h"
 #include "engine/engine.h"
 #include "models/hf_model.h"
 
