@@ -114,7 +114,8 @@ int run(const std::vector<std::string>& args) {
   t.model.gradient_checkpointing = o.gradient_checkpointing;
   t.parallel.dp_replicate_size = o.dp_replicate_size;
   t.parallel.fsdp_prefetch = o.prefetch;
-  t.precision.compute_dtype = o.compute_dtype;
+  t.precision.compute_dtype =
+      parse_compute_dtype_choice(dtype_name(parse_dtype(o.compute_dtype, "--dtype")));
   t.precision.keep_fp32_master = o.keep_fp32_master;
   t.optimizer.lr = 1e-5;
   t.batch.loss_type = backend::LossType::kSftLoss;

@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "app/flag_table_agent.h"
 #include "app/flag_table_rollout.h"
+#include "core/dtype.h"
 #include "optim/lr_scheduler.h"
 
 namespace furlong::app {
@@ -48,10 +49,10 @@ void add_parallel_flags(config::FlagSet& f, train::ParallelOptions& p, train::Pr
   f.add("fsdp-reshard-after-forward", &p.fsdp_reshard_after_forward,
         "free each block's gathered parameters after its forward (re-gather for backward)");
   f.add("fp16", &q.fp16, "compute in fp16 instead of bf16 (no loss scaling, as miles)");
-  f.add("compute-dtype", &q.compute_dtype,
-        "compute dtype: auto (bfloat16 where the hardware computes it natively, else float32), "
-        "bfloat16, float16 or float32; --fp16 wins")
-      .choices = {"auto", "bfloat16", "float16", "float32"};
+  f.add_enum<ComputeDtype>(
+      "compute-dtype", &q.compute_dtype, compute_dtype_choices(), parse_compute_dtype_choice,
+      "compute dtype: auto (bfloat16 where the hardware computes it natively, else float32), "
+      "bfloat16, float16 or float32; --fp16 wins");
   f.add("keep-fp32-master", &q.keep_fp32_master,
         "keep fp32 master weights and optimizer state (else the checkpoint's dtype)");
   f.add("fsdp-cpu-offload", &q.fsdp_cpu_offload,
@@ -64,14 +65,19 @@ void add_optimizer_flags(config::FlagSet& f, train::OptimizerOptions& o) {
   f.add("lr", &o.lr, "peak learning rate");
   f.add("min-lr", &o.min_lr, "learning rate floor after decay");
   f.add("lr-warmup-init", &o.lr_warmup_init, "learning rate at the start of warmup");
-  f.add("lr-decay-style", &o.lr_decay_style, "decay after warmup").choices =
-      optim::lr_decay_styles();
+  f.add_enum<optim::LrDecayStyle>(
+      "lr-decay-style", &o.lr_decay_style, optim::lr_decay_styles(),
+      [](const std::string& name) { return optim::parse_lr_decay_style(name); },
+      "decay after warmup");
   f.add("lr-decay-iters", &o.lr_decay_iters, "decay length in steps (default: the whole run)");
   f.add("lr-warmup-iters", &o.lr_warmup_iters, "warmup steps");
   f.add("lr-warmup-fraction", &o.lr_warmup_fraction,
         "warmup as a fraction of the decay steps (wins over --lr-warmup-iters)");
   f.add("lr-wsd-decay-iters", &o.lr_wsd_decay_iters, "WSD: length of the final anneal");
-  f.add("lr-wsd-decay-style", &o.lr_wsd_decay_style, "WSD: shape of the final anneal");
+  f.add_enum<optim::WsdDecayStyle>(
+      "lr-wsd-decay-style", &o.lr_wsd_decay_style,
+      [](const std::string& name) { return optim::parse_lr_wsd_decay_style(name); },
+      optim::lr_wsd_decay_style_name, "WSD: shape of the final anneal");
   f.add("use-checkpoint-lr-scheduler", &o.use_checkpoint_lr_scheduler,
         "on resume, take the LR schedule from the checkpoint");
   f.add("override-lr-scheduler", &o.override_lr_scheduler,

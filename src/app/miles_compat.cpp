@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/log.h"
@@ -190,10 +191,11 @@ void apply_translations(const MilesCompatOptions& c, train::TrainOptions& o, boo
   }
   if (c.bf16) {
     FURLONG_CHECK(!o.precision.fp16, "--bf16 and --fp16 contradict each other; pick one");
-    FURLONG_CHECK(o.precision.compute_dtype == "auto" || o.precision.compute_dtype == "bfloat16",
-                  "--bf16 and --compute-dtype ", o.precision.compute_dtype,
+    const ComputeDtype dtype = o.precision.compute_dtype;
+    FURLONG_CHECK(dtype == ComputeDtype::kAuto || dtype == ComputeDtype::kBfloat16,
+                  "--bf16 and --compute-dtype ", compute_dtype_name(dtype),
                   " contradict each other; pick one");
-    o.precision.compute_dtype = "bfloat16";
+    o.precision.compute_dtype = ComputeDtype::kBfloat16;
   }
   if (c.disable_compute_advantages_and_returns) {
     FURLONG_CHECK(o.batch.loss_type == train::LossType::kSftLoss,

@@ -30,8 +30,7 @@ namespace {
 c10::ScalarType compute_dtype(const PrecisionOptions& p, const c10::Device& device) {
   if (p.fp16) return c10::kHalf;
   std::string reason;
-  auto dtype =
-      parse_compute_dtype(p.compute_dtype, c10::kBFloat16, device, "--compute-dtype", &reason);
+  auto dtype = resolve_compute_dtype(p.compute_dtype, c10::kBFloat16, device, &reason);
   LOG_INFO("trainer compute dtype: ", reason);
   return dtype;
 }

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "core/dtype.h"
+#include "optim/lr_scheduler.h"
 #include "rl/advantages.h"
 #include "rl/kl.h"
 #include "rl/losses.h"
@@ -52,8 +54,9 @@ struct ParallelOptions {
 
 struct PrecisionOptions {
   bool fp16 = false;  // miles' switch: compute in fp16 instead of bf16
-  // furlong: bfloat16 (default), float16, or float32 (exact-parity runs); --fp16 wins.
-  std::string compute_dtype = "auto";  // bf16 where native, else fp32 (core/dtype.h)
+  // furlong: auto (bf16 where native, else fp32: core/dtype.h), bfloat16, float16, or float32
+  // (exact-parity runs); --fp16 wins.
+  ComputeDtype compute_dtype = ComputeDtype::kAuto;
   bool keep_fp32_master = true;
   bool fsdp_cpu_offload = false;
 };
@@ -63,12 +66,12 @@ struct OptimizerOptions {
   double lr = 1e-6;
   double min_lr = 0.0;
   double lr_warmup_init = 0.0;
-  std::string lr_decay_style = "constant";
+  optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::kConstant;
   std::optional<int64_t> lr_decay_iters;
   int64_t lr_warmup_iters = 0;
   std::optional<double> lr_warmup_fraction;
   std::optional<int64_t> lr_wsd_decay_iters;
-  std::optional<std::string> lr_wsd_decay_style;
+  std::optional<optim::WsdDecayStyle> lr_wsd_decay_style;
   bool use_checkpoint_lr_scheduler = true;
   bool override_lr_scheduler = false;
   double weight_decay = 0.0;

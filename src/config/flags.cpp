@@ -119,6 +119,10 @@ std::string type_placeholder(const Flag& f) {
 
 }  // namespace
 
+bool is_none_value(const std::string& text) {
+  return is_none(text);
+}
+
 FlagSet::FlagSet(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 

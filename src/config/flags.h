@@ -21,6 +21,9 @@ namespace furlong::config {
 
 enum class FlagType { kBool, kInt, kFloat, kString, kIntList, kStringList };
 
+// "none", "null" or "~" (any case): the value that resets an optional field.
+bool is_none_value(const std::string& text);
+
 struct Flag {
   std::string name;  // without dashes: "global-batch-size"
   FlagType type = FlagType::kString;
@@ -76,6 +79,30 @@ class FlagSet {
               [field, parse](const std::vector<std::string>& v, const std::string& src) {
                 FURLONG_CHECK(v.size() == 1, src, ": expected one value, got ", v.size());
                 *field = parse(v[0]);
+              }};
+    return add_flag(std::move(flag));
+  }
+  // An optional enum field, shown as a string (STR, no default when unset): "none" (or "null",
+  // "~") resets it, anything else goes through `parse`, which lists the choices when it fails.
+  template <typename E>
+  Flag& add_enum(const std::string& name, std::optional<E>* field,
+                 std::function<E(const std::string&)> parse, std::function<std::string(E)> format,
+                 const std::string& help) {
+    Flag flag{name,
+              FlagType::kString,
+              help,
+              "",
+              *field ? format(**field) : std::string(),
+              {},
+              false,
+              true,
+              [field, parse](const std::vector<std::string>& v, const std::string& src) {
+                FURLONG_CHECK(v.size() == 1, src, ": expected one value, got ", v.size());
+                if (is_none_value(v[0])) {
+                  field->reset();
+                } else {
+                  *field = parse(v[0]);
+                }
               }};
     return add_flag(std::move(flag));
   }

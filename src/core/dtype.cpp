@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -118,14 +119,37 @@ c10::ScalarType parse_compute_dtype(std::string_view name, c10::ScalarType prefe
   return dtype;
 }
 
-std::string trainer_dtype_name(bool fp16, const std::string& compute_dtype,
+const std::vector<std::string>& compute_dtype_choices() {
+  static const std::vector<std::string> choices = {"auto", "bfloat16", "float16", "float32"};
+  return choices;
+}
+
+ComputeDtype parse_compute_dtype_choice(const std::string& name) {
+  const auto& choices = compute_dtype_choices();
+  auto it = std::find(choices.begin(), choices.end(), name);
+  FURLONG_CHECK(it != choices.end(), "--compute-dtype: invalid choice '", name,
+                "' (choose from auto, bfloat16, float16, float32)");
+  return static_cast<ComputeDtype>(it - choices.begin());
+}
+
+const std::string& compute_dtype_name(ComputeDtype dtype) {
+  return compute_dtype_choices().at(static_cast<size_t>(dtype));
+}
+
+c10::ScalarType resolve_compute_dtype(ComputeDtype dtype, c10::ScalarType preferred,
+                                      const c10::Device& device, std::string* reason) {
+  return parse_compute_dtype(compute_dtype_name(dtype), preferred, device, "--compute-dtype",
+                             reason);
+}
+
+std::string trainer_dtype_name(bool fp16, ComputeDtype compute_dtype,
                                const std::string& device_type) {
   if (fp16) return "float16";
   const c10::Device device(device_type.empty() ? (at::hasCUDA() ? "cuda" : "cpu") : device_type);
-  return dtype_name(parse_compute_dtype(compute_dtype, c10::kBFloat16, device, "--compute-dtype"));
+  return dtype_name(resolve_compute_dtype(compute_dtype, c10::kBFloat16, device));
 }
 
-std::string rl_engine_dtype_name(bool fp16, const std::string& compute_dtype,
+std::string rl_engine_dtype_name(bool fp16, ComputeDtype compute_dtype,
                                  const std::string& device_type) {
   const auto name = trainer_dtype_name(fp16, compute_dtype, device_type);
   return name == "float16" ? "auto" : name;

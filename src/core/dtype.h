@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace furlong {
 
@@ -39,14 +40,28 @@ c10::ScalarType parse_compute_dtype(std::string_view name, c10::ScalarType prefe
                                     const c10::Device& device, const std::string& where,
                                     std::string* reason = nullptr);
 
+// --compute-dtype of the trainer (and so of an RL run's engines): auto (resolve_auto_dtype) or a
+// fixed dtype.
+enum class ComputeDtype { kAuto, kBfloat16, kFloat16, kFloat32 };
+// The spellings, in the enum's order: auto, bfloat16, float16, float32 (the flag's choices).
+const std::vector<std::string>& compute_dtype_choices();
+// One of compute_dtype_choices() as its value; anything else is an error naming --compute-dtype
+// and listing the choices.
+ComputeDtype parse_compute_dtype_choice(const std::string& name);
+const std::string& compute_dtype_name(ComputeDtype dtype);
+// The dtype `dtype` computes in on `device`: auto as resolve_auto_dtype of `preferred`. `reason`
+// gets a one-line explanation for the log.
+c10::ScalarType resolve_compute_dtype(ComputeDtype dtype, c10::ScalarType preferred,
+                                      const c10::Device& device, std::string* reason = nullptr);
+
 // The dtype name ("bfloat16", "float16", "float32") an RL trainer computes in on `device_type`
 // ("cpu", "cuda"; "" = cuda when present, else cpu, the engine's default): float16 with --fp16,
 // else --compute-dtype `compute_dtype`, with auto = bf16 where native, else fp32.
-std::string trainer_dtype_name(bool fp16, const std::string& compute_dtype,
+std::string trainer_dtype_name(bool fp16, ComputeDtype compute_dtype,
                                const std::string& device_type);
 // The engine dtype of an RL run: the trainer's, so that trainer and engine log-probs come from
 // the same arithmetic, except with --fp16 ("auto": the engine computes in bf16 or fp32 only).
-std::string rl_engine_dtype_name(bool fp16, const std::string& compute_dtype,
+std::string rl_engine_dtype_name(bool fp16, ComputeDtype compute_dtype,
                                  const std::string& device_type);
 
 }  // namespace furlong

@@ -14,14 +14,19 @@ namespace furlong::optim {
 
 namespace {
 
-bool contains(const std::vector<std::string>& list, const std::string& value) {
-  return std::find(list.begin(), list.end(), value) != list.end();
-}
-
 std::string join(const std::vector<std::string>& list) {
   std::string out;
   for (const auto& s : list) out += (out.empty() ? "" : ", ") + s;
   return out;
+}
+
+// The index of `value` in `list` (the flag's spellings), or an error as the flag table words it.
+size_t choice_index(const std::vector<std::string>& list, const std::string& value,
+                    const char* flag, const std::string& where) {
+  auto it = std::find(list.begin(), list.end(), value);
+  FURLONG_CHECK(it != list.end(), flag, ": invalid choice '", value, "' (choose from ", join(list),
+                ")", where);
+  return static_cast<size_t>(it - list.begin());
 }
 
 // `state[key]` as T, or an error naming the key.
@@ -55,6 +60,24 @@ const std::vector<std::string>& lr_wsd_decay_styles() {
   return styles;
 }
 
+LrDecayStyle parse_lr_decay_style(const std::string& name, const std::string& where) {
+  return static_cast<LrDecayStyle>(
+      choice_index(lr_decay_styles(), name, "--lr-decay-style", where));
+}
+
+WsdDecayStyle parse_lr_wsd_decay_style(const std::string& name, const std::string& where) {
+  return static_cast<WsdDecayStyle>(
+      choice_index(lr_wsd_decay_styles(), name, "--lr-wsd-decay-style", where));
+}
+
+const std::string& lr_decay_style_name(LrDecayStyle style) {
+  return lr_decay_styles().at(static_cast<size_t>(style));
+}
+
+const std::string& lr_wsd_decay_style_name(WsdDecayStyle style) {
+  return lr_wsd_decay_styles().at(static_cast<size_t>(style));
+}
+
 LrScheduler::LrScheduler(const LrScheduleOptions& options, int64_t train_iters)
     : schedule_(resolve(options, train_iters)),
       use_checkpoint_(options.use_checkpoint_lr_scheduler),
@@ -85,7 +108,7 @@ LrScheduler::Schedule LrScheduler::resolve(const LrScheduleOptions& o, int64_t t
   s.warmup_steps = o.lr_warmup_fraction ? *o.lr_warmup_fraction * static_cast<double>(s.decay_steps)
                                         : static_cast<double>(o.lr_warmup_iters);
   s.decay_style = o.lr_decay_style;
-  if (s.decay_style == "WSD") {
+  if (s.decay_style == LrDecayStyle::kWsd) {
     s.wsd_decay_steps = o.lr_wsd_decay_iters;
     s.wsd_decay_style = o.lr_wsd_decay_style;
   }
@@ -109,9 +132,7 @@ void LrScheduler::validate(const Schedule& s, const std::string& where) {
                 " steps, from --lr-warmup-iters or --lr-warmup-fraction x decay steps) must be "
                 "shorter than the decay (",
                 s.decay_steps, " steps, from --lr-decay-iters or train_iters)", where);
-  FURLONG_CHECK(contains(lr_decay_styles(), s.decay_style), "--lr-decay-style '", s.decay_style,
-                "' is not supported; choose one of ", join(lr_decay_styles()), where);
-  if (s.decay_style != "WSD") return;
+  if (s.decay_style != LrDecayStyle::kWsd) return;
   FURLONG_CHECK(s.wsd_decay_steps.has_value(),
                 "--lr-decay-style WSD needs --lr-wsd-decay-iters (the length of the anneal)",
                 where);
@@ -120,9 +141,6 @@ void LrScheduler::validate(const Schedule& s, const std::string& where) {
                 *s.wsd_decay_steps, where);
   FURLONG_CHECK(s.wsd_decay_style.has_value(), "--lr-decay-style WSD needs --lr-wsd-decay-style (",
                 join(lr_wsd_decay_styles()), ")", where);
-  FURLONG_CHECK(contains(lr_wsd_decay_styles(), *s.wsd_decay_style), "--lr-wsd-decay-style '",
-                *s.wsd_decay_style, "' is not supported; choose one of ",
-                join(lr_wsd_decay_styles()), where);
 }
 
 double LrScheduler::lr_at(int64_t step) const {
@@ -132,9 +150,9 @@ double LrScheduler::lr_at(int64_t step) const {
   if (s.warmup_steps > 0 && e <= s.warmup_steps) {
     return s.init_lr + (s.max_lr - s.init_lr) * e / s.warmup_steps;
   }
-  if (s.decay_style == "constant") return s.max_lr;
+  if (s.decay_style == LrDecayStyle::kConstant) return s.max_lr;
   if (step > s.decay_steps) return s.min_lr;
-  if (s.decay_style == "inverse-square-root") {
+  if (s.decay_style == LrDecayStyle::kInverseSquareRoot) {
     return std::max(s.min_lr, s.max_lr * std::sqrt(std::max(s.warmup_steps, 1.0)) /
                                   std::sqrt(std::max(e, 1.0)));
   }
@@ -145,50 +163,61 @@ double LrScheduler::lr_at(int64_t step) const {
 double LrScheduler::decay_coeff(int64_t step) const {
   const Schedule& s = schedule_;
   const double pi = std::numbers::pi;
-  if (s.decay_style == "linear" || s.decay_style == "cosine") {
+  if (s.decay_style == LrDecayStyle::kLinear || s.decay_style == LrDecayStyle::kCosine) {
     double ratio = (static_cast<double>(step) - s.warmup_steps) /
                    (static_cast<double>(s.decay_steps) - s.warmup_steps);
-    return s.decay_style == "linear" ? 1.0 - ratio : 0.5 * (1.0 + std::cos(pi * ratio));
+    return s.decay_style == LrDecayStyle::kLinear ? 1.0 - ratio
+                                                  : 0.5 * (1.0 + std::cos(pi * ratio));
   }
-  FURLONG_ASSERT(s.decay_style == "WSD", "unvalidated decay style ", s.decay_style);
+  FURLONG_ASSERT(s.decay_style == LrDecayStyle::kWsd, "decay style ",
+                 lr_decay_style_name(s.decay_style), " has no decay coefficient");
   const int64_t wsd = *s.wsd_decay_steps;
   const int64_t anneal_start = s.decay_steps - wsd;
   if (step <= anneal_start) return 1.0;
   const double r = static_cast<double>(step - anneal_start) / static_cast<double>(wsd);
-  const std::string& style = *s.wsd_decay_style;
-  if (style == "linear") return 1.0 - r;
-  if (style == "cosine") return 0.5 * (1.0 + std::cos(pi * r));
-  if (style == "exponential") return 2.0 * std::pow(0.5, r) - 1.0;
-  return 1.0 - std::sqrt(r);  // minus_sqrt (validated)
+  switch (*s.wsd_decay_style) {
+    case WsdDecayStyle::kLinear:
+      return 1.0 - r;
+    case WsdDecayStyle::kCosine:
+      return 0.5 * (1.0 + std::cos(pi * r));
+    case WsdDecayStyle::kExponential:
+      return 2.0 * std::pow(0.5, r) - 1.0;
+    case WsdDecayStyle::kMinusSqrt:
+      break;
+  }
+  return 1.0 - std::sqrt(r);
 }
 
 nlohmann::json LrScheduler::state_dict() const {
   const Schedule& s = schedule_;
   nlohmann::json wsd_steps = nullptr, wsd_style = nullptr;
   if (s.wsd_decay_steps) wsd_steps = *s.wsd_decay_steps;
-  if (s.wsd_decay_style) wsd_style = *s.wsd_decay_style;
+  if (s.wsd_decay_style) wsd_style = lr_wsd_decay_style_name(*s.wsd_decay_style);
   return {{"step", step_},
           {"max_lr", s.max_lr},
           {"min_lr", s.min_lr},
           {"init_lr", s.init_lr},
           {"warmup_steps", s.warmup_steps},
           {"decay_steps", s.decay_steps},
-          {"decay_style", s.decay_style},
+          {"decay_style", lr_decay_style_name(s.decay_style)},
           {"wsd_decay_steps", wsd_steps},
           {"wsd_decay_style", wsd_style}};
 }
 
 LrScheduler::Schedule LrScheduler::from_json(const nlohmann::json& state) {
+  const std::string where = " (in the checkpoint's LR scheduler state)";
   Schedule s;
   s.max_lr = field<double>(state, "max_lr");
   s.min_lr = field<double>(state, "min_lr");
   s.init_lr = field<double>(state, "init_lr");
   s.warmup_steps = field<double>(state, "warmup_steps");
   s.decay_steps = field<int64_t>(state, "decay_steps");
-  s.decay_style = field<std::string>(state, "decay_style");
+  s.decay_style = parse_lr_decay_style(field<std::string>(state, "decay_style"), where);
   s.wsd_decay_steps = optional_field<int64_t>(state, "wsd_decay_steps");
-  s.wsd_decay_style = optional_field<std::string>(state, "wsd_decay_style");
-  validate(s, " (in the checkpoint's LR scheduler state)");
+  if (auto style = optional_field<std::string>(state, "wsd_decay_style")) {
+    s.wsd_decay_style = parse_lr_wsd_decay_style(*style, where);
+  }
+  validate(s, where);
   return s;
 }
 
@@ -211,12 +240,15 @@ void LrScheduler::load_state_dict(const nlohmann::json& state) {
           s.warmup_steps, loaded.warmup_steps);
     check(s.decay_steps == loaded.decay_steps, "--lr-decay-iters", s.decay_steps,
           loaded.decay_steps);
-    check(s.decay_style == loaded.decay_style, "--lr-decay-style", s.decay_style,
-          loaded.decay_style);
+    check(s.decay_style == loaded.decay_style, "--lr-decay-style",
+          lr_decay_style_name(s.decay_style), lr_decay_style_name(loaded.decay_style));
     check(s.wsd_decay_steps == loaded.wsd_decay_steps, "--lr-wsd-decay-iters",
           s.wsd_decay_steps.value_or(0), loaded.wsd_decay_steps.value_or(0));
+    auto wsd_name = [](const std::optional<WsdDecayStyle>& style) {
+      return style ? lr_wsd_decay_style_name(*style) : std::string("none");
+    };
     check(s.wsd_decay_style == loaded.wsd_decay_style, "--lr-wsd-decay-style",
-          s.wsd_decay_style.value_or("none"), loaded.wsd_decay_style.value_or("none"));
+          wsd_name(s.wsd_decay_style), wsd_name(loaded.wsd_decay_style));
   }
   if (use_checkpoint_) schedule_ = loaded;
   step_ = step;

@@ -23,9 +23,10 @@
 // Validation happens at construction, with errors naming flags. Beyond miles' asserts (min_lr
 // >= 0, lr >= min_lr, init <= lr, D > 0, Wu < D, WSD needs its decay iters, not both override
 // and use-checkpoint), furlong also rejects at construction what miles would only fail on
-// later or silently misuse: an unknown decay style (miles raises when the first decayed LR is
-// computed), a WSD run without --lr-wsd-decay-style (miles crashes when the anneal starts),
-// negative warmup or warmup init, and a WSD anneal longer than D.
+// later or silently misuse: a WSD run without --lr-wsd-decay-style (miles crashes when the
+// anneal starts), negative warmup or warmup init, and a WSD anneal longer than D. An unknown
+// decay style (miles raises when the first decayed LR is computed) is refused earlier still,
+// where the flag or the checkpoint state is parsed.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -37,23 +38,33 @@
 
 namespace furlong::optim {
 
-// Values of --lr-decay-style and --lr-wsd-decay-style (for the flag table's choices).
+// --lr-decay-style and --lr-wsd-decay-style; the spellings are miles' (lr_decay_styles()).
+enum class LrDecayStyle { kConstant, kLinear, kCosine, kInverseSquareRoot, kWsd };
+enum class WsdDecayStyle { kLinear, kCosine, kExponential, kMinusSqrt };
+
+// The spellings, in the enums' order (the flag table's choices, the checkpoint's strings).
 const std::vector<std::string>& lr_decay_styles();
 const std::vector<std::string>& lr_wsd_decay_styles();
+// A spelling as its value; anything else is an error naming the flag and listing the choices,
+// followed by `where` (e.g. that the value came from a checkpoint).
+LrDecayStyle parse_lr_decay_style(const std::string& name, const std::string& where = "");
+WsdDecayStyle parse_lr_wsd_decay_style(const std::string& name, const std::string& where = "");
+const std::string& lr_decay_style_name(LrDecayStyle style);
+const std::string& lr_wsd_decay_style_name(WsdDecayStyle style);
 
 // The flags of the miles FSDP backend that shape the LR (same names, same defaults).
 struct LrScheduleOptions {
-  double lr = 1e-6;                               // --lr: the peak LR
-  double min_lr = 0.0;                            // --min-lr
-  double lr_warmup_init = 0.0;                    // --lr-warmup-init
-  std::string lr_decay_style = "constant";        // --lr-decay-style
-  std::optional<int64_t> lr_decay_iters;          // --lr-decay-iters (unset: train_iters)
-  int64_t lr_warmup_iters = 0;                    // --lr-warmup-iters
-  std::optional<double> lr_warmup_fraction;       // --lr-warmup-fraction
-  std::optional<int64_t> lr_wsd_decay_iters;      // --lr-wsd-decay-iters
-  std::optional<std::string> lr_wsd_decay_style;  // --lr-wsd-decay-style
-  bool use_checkpoint_lr_scheduler = true;        // --[no-]use-checkpoint-lr-scheduler
-  bool override_lr_scheduler = false;             // --[no-]override-lr-scheduler
+  double lr = 1e-6;                                       // --lr: the peak LR
+  double min_lr = 0.0;                                    // --min-lr
+  double lr_warmup_init = 0.0;                            // --lr-warmup-init
+  LrDecayStyle lr_decay_style = LrDecayStyle::kConstant;  // --lr-decay-style
+  std::optional<int64_t> lr_decay_iters;                  // --lr-decay-iters (unset: train_iters)
+  int64_t lr_warmup_iters = 0;                            // --lr-warmup-iters
+  std::optional<double> lr_warmup_fraction;               // --lr-warmup-fraction
+  std::optional<int64_t> lr_wsd_decay_iters;              // --lr-wsd-decay-iters
+  std::optional<WsdDecayStyle> lr_wsd_decay_style;        // --lr-wsd-decay-style
+  bool use_checkpoint_lr_scheduler = true;                // --[no-]use-checkpoint-lr-scheduler
+  bool override_lr_scheduler = false;                     // --[no-]override-lr-scheduler
 };
 
 class LrScheduler {
@@ -87,9 +98,9 @@ class LrScheduler {
     double max_lr = 0, min_lr = 0, init_lr = 0;
     double warmup_steps = 0;
     int64_t decay_steps = 0;
-    std::string decay_style;
+    LrDecayStyle decay_style = LrDecayStyle::kConstant;
     std::optional<int64_t> wsd_decay_steps;
-    std::optional<std::string> wsd_decay_style;
+    std::optional<WsdDecayStyle> wsd_decay_style;
   };
   static Schedule resolve(const LrScheduleOptions& options, int64_t train_iters);
   static void validate(const Schedule& s, const std::string& where);

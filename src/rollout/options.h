@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "rollout/agent_options.h"
 
@@ -111,9 +112,10 @@ struct EngineModelOptions {
   std::string hf_checkpoint;  // the HF directory the engines load
   std::string attn_implementation = "sdpa";
   bool fused_kernels = true;
-  bool fp16 = false;                   // --fp16 (the engine keeps its own default dtype then)
-  std::string compute_dtype = "auto";  // --compute-dtype: the trainer's, so the engines' too
-  bool record_routing = false;         // R3: the engines record every token's experts
+  bool fp16 = false;  // --fp16 (the engine keeps its own default dtype then)
+  // --compute-dtype: the trainer's, so the engines' too
+  ComputeDtype compute_dtype = ComputeDtype::kAuto;
+  bool record_routing = false;  // R3: the engines record every token's experts
   // The engine dtype on `device_type` ("" = cuda when present, else cpu): the trainer's compute
   // dtype (core/dtype.h, rl_engine_dtype_name).
   std::string dtype(const std::string& device_type) const;

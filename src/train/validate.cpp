@@ -49,10 +49,8 @@ void validate_options(const TrainOptions& o, int world_size) {
   FURLONG_CHECK(!o.checkpoint.save_interval || *o.checkpoint.save_interval > 0,
                 "--save-interval must be positive");
   FURLONG_CHECK(o.optimizer.clip_grad >= 0, "--clip-grad must be >= 0");
-  FURLONG_CHECK(!(o.precision.fp16 && o.precision.compute_dtype == "float32"),
+  FURLONG_CHECK(!(o.precision.fp16 && o.precision.compute_dtype == ComputeDtype::kFloat32),
                 "--fp16 and --compute-dtype float32 contradict each other");
-  if (o.precision.compute_dtype != "auto")
-    parse_dtype(o.precision.compute_dtype, "--compute-dtype");
   if (o.batch.global_batch_size) {
     FURLONG_CHECK(*o.batch.global_batch_size > 0 && *o.batch.global_batch_size % world_size == 0,
                   "--global-batch-size ", *o.batch.global_batch_size,

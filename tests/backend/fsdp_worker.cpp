@@ -56,7 +56,7 @@ int run(const std::vector<std::string>& args) {
   o.optimizer.lr = 1e-3;
   o.optimizer.weight_decay = 0.01;
   o.optimizer.clip_grad = 0.0;  // dumped gradients unclipped: their scale is checked too
-  o.precision.compute_dtype = "float32";
+  o.precision.compute_dtype = ComputeDtype::kFloat32;
   int64_t gbs = 8;
   config::FlagSet f("fsdp_worker");
   f.add("model", &o.model.hf_checkpoint, "model dir").required = true;
@@ -66,7 +66,8 @@ int run(const std::vector<std::string>& args) {
   f.add("rollouts", &w.rollouts, "rollouts of global-batch-size samples");
   f.add("dp-replicate-size", &o.parallel.dp_replicate_size, "R");
   f.add("keep-fp32-master", &o.precision.keep_fp32_master, "master");
-  f.add("compute-dtype", &o.precision.compute_dtype, "dtype");
+  f.add_enum<ComputeDtype>("compute-dtype", &o.precision.compute_dtype, compute_dtype_choices(),
+                           parse_compute_dtype_choice, "dtype");
   f.add("micro-batch-size", &o.batch.micro_batch_size, "mbs");
   f.add("gradient-checkpointing", &o.model.gradient_checkpointing, "ckpt");
   f.add("sleep-after-first", &w.sleep_after_first, "sleep + wake_up after the first rollout");

@@ -88,7 +88,7 @@ backend::BackendOptions train_options(const Args& a) {
   o.model.hf_checkpoint = a.model;
   o.model.gradient_checkpointing = a.gradient_checkpointing;
   o.optimizer.lr = 1e-2;
-  o.precision.compute_dtype = a.task == "dlogp" ? "bfloat16" : "float32";
+  o.precision.compute_dtype = a.task == "dlogp" ? ComputeDtype::kBfloat16 : ComputeDtype::kFloat32;
   o.batch.loss_type = backend::LossType::kPolicyLoss;
   o.batch.micro_batch_size = a.micro_batch_size;
   o.n_samples_per_prompt = 4;

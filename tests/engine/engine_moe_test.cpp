@@ -480,7 +480,7 @@ rollout::RolloutConfig rollout_options(const MoeCase& c) {
   rollout::RolloutConfig o;
   o.engine.hf_checkpoint = model_dir(c);
   o.engine.record_routing = true;
-  o.engine.compute_dtype = "float32";  // the colocated engines' dtype
+  o.engine.compute_dtype = ComputeDtype::kFloat32;  // the colocated engines' dtype
   o.data.rollout_batch_size = static_cast<int64_t>(moe_prompts().size());
   o.data.n_samples_per_prompt = 2;
   o.rollout.rollout_temperature = 0.0;

@@ -45,7 +45,7 @@ LrScheduleOptions with(const std::function<void(LrScheduleOptions&)>& edit) {
 TEST(LrScheduler, ResolvesDecayAndWarmupSteps) {
   auto o = with([](auto& o) {
     o.lr = 1e-5;
-    o.lr_decay_style = "linear";
+    o.lr_decay_style = LrDecayStyle::kLinear;
     o.lr_warmup_iters = 5;
   });
   LrScheduler by_iters(o, 40);
@@ -69,8 +69,8 @@ TEST(LrScheduler, ValidationNamesTheFlag) {
     std::vector<std::string> expect;
   };
   auto wsd = [](LrScheduleOptions& o, std::optional<int64_t> iters,
-                std::optional<std::string> style) {
-    o.lr_decay_style = "WSD";
+                std::optional<WsdDecayStyle> style) {
+    o.lr_decay_style = LrDecayStyle::kWsd;
     o.lr_wsd_decay_iters = iters;
     o.lr_wsd_decay_style = style;
   };
@@ -85,15 +85,13 @@ TEST(LrScheduler, ValidationNamesTheFlag) {
       {[](auto& o) { o.lr_warmup_fraction = 1.0; }, 10, {"--lr-warmup-fraction", "shorter than"}},
       {[](auto& o) { o.lr_warmup_iters = -1; }, 10, {"--lr-warmup-iters must be >= 0"}},
       {[](auto& o) { o.lr_warmup_fraction = -0.1; }, 10, {"--lr-warmup-fraction must be >= 0"}},
-      {[](auto& o) { o.lr_decay_style = "exp"; }, 10, {"--lr-decay-style 'exp' is not", "WSD"}},
-      {[&](auto& o) { wsd(o, std::nullopt, "linear"); }, 10, {"needs --lr-wsd-decay-iters"}},
-      {[&](auto& o) { wsd(o, 11, "linear"); },
+      {[&](auto& o) { wsd(o, std::nullopt, WsdDecayStyle::kLinear); },
+       10,
+       {"needs --lr-wsd-decay-iters"}},
+      {[&](auto& o) { wsd(o, 11, WsdDecayStyle::kLinear); },
        10,
        {"--lr-wsd-decay-iters must be in [1, decay steps = 10]"}},
       {[&](auto& o) { wsd(o, 5, std::nullopt); }, 10, {"needs --lr-wsd-decay-style"}},
-      {[&](auto& o) { wsd(o, 5, "sqrt"); },
-       10,
-       {"--lr-wsd-decay-style 'sqrt' is not", "minus_sqrt"}},
       {[](auto& o) { o.override_lr_scheduler = true; },
        10,
        {"--override-lr-scheduler and --use-checkpoint-lr-scheduler"}},
@@ -104,17 +102,38 @@ TEST(LrScheduler, ValidationNamesTheFlag) {
   }
   // A WSD anneal may be exactly D long, and overlapping warmup is allowed.
   LrScheduler ok(with([&](auto& o) {
-                   wsd(o, 10, "linear");
+                   wsd(o, 10, WsdDecayStyle::kLinear);
                    o.lr_warmup_iters = 3;
                  }),
                  10);
   EXPECT_EQ(ok.lr_at(10), 0.0);
 }
 
+// The styles are parsed once, from the flag or the checkpoint state; a bad spelling names the
+// flag and lists the choices.
+TEST(LrScheduler, StylesParseFromTheirSpellingsOnly) {
+  for (const auto& name : lr_decay_styles()) {
+    EXPECT_EQ(lr_decay_style_name(parse_lr_decay_style(name)), name);
+  }
+  for (const auto& name : lr_wsd_decay_styles()) {
+    EXPECT_EQ(lr_wsd_decay_style_name(parse_lr_wsd_decay_style(name)), name);
+  }
+  EXPECT_EQ(parse_lr_decay_style("inverse-square-root"), LrDecayStyle::kInverseSquareRoot);
+  EXPECT_EQ(parse_lr_wsd_decay_style("minus_sqrt"), WsdDecayStyle::kMinusSqrt);
+  auto msg = error_of([] { parse_lr_decay_style("exp"); });
+  EXPECT_NE(msg.find("--lr-decay-style: invalid choice 'exp' (choose from constant, linear, "
+                     "cosine, inverse-square-root, WSD)"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { parse_lr_wsd_decay_style("sqrt"); });
+  EXPECT_NE(msg.find("--lr-wsd-decay-style: invalid choice 'sqrt'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("minus_sqrt"), std::string::npos) << msg;
+}
+
 const LrScheduleOptions kCosine = with([](auto& o) {
   o.lr = 1e-4;
   o.min_lr = 1e-6;
-  o.lr_decay_style = "cosine";
+  o.lr_decay_style = LrDecayStyle::kCosine;
   o.lr_warmup_iters = 3;
 });
 
@@ -126,12 +145,26 @@ TEST(LrSchedulerState, RoundTripAndCheckpointScheduleWins) {
   auto text = a.state_dict().dump();
   LrScheduleOptions other = kCosine;
   other.lr = 5e-4;
-  other.lr_decay_style = "linear";
+  other.lr_decay_style = LrDecayStyle::kLinear;
   LrScheduler b(other, 80);
   b.load_state_dict(nlohmann::json::parse(text));
   EXPECT_EQ(b.step(), 7);
   EXPECT_EQ(b.state_dict(), a.state_dict());
   for (int64_t e = 0; e < 60; ++e) EXPECT_EQ(b.lr_at(e), a.lr_at(e)) << e;
+}
+
+// The state spells the styles as the flags do, so checkpoints written before the styles were
+// enums load, and new ones read the same.
+TEST(LrSchedulerState, StylesAreWrittenAndReadAsTheirSpellings) {
+  const auto state = nlohmann::json::parse(R"({"step": 3, "max_lr": 1e-4, "min_lr": 0.0,
+      "init_lr": 0.0, "warmup_steps": 0.0, "decay_steps": 20, "decay_style": "WSD",
+      "wsd_decay_steps": 5, "wsd_decay_style": "minus_sqrt"})");
+  LrScheduler a(kCosine, 50);
+  a.load_state_dict(state);
+  EXPECT_EQ(a.state_dict(), state);
+  EXPECT_EQ(a.lr_at(20), 0.0);
+  EXPECT_EQ(LrScheduler(kCosine, 50).state_dict()["decay_style"], "cosine");
+  EXPECT_TRUE(LrScheduler(kCosine, 50).state_dict()["wsd_decay_style"].is_null());
 }
 
 TEST(LrSchedulerState, OverrideKeepsTheFlagsSchedule) {
@@ -183,6 +216,11 @@ TEST(LrSchedulerState, BadStateIsReported) {
   state["min_lr"] = -1.0;
   auto msg = error_of([&] { a.load_state_dict(state); });
   EXPECT_NE(msg.find("--min-lr must be >= 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("in the checkpoint's LR scheduler state"), std::string::npos) << msg;
+  state = a.state_dict();
+  state["decay_style"] = "exp";
+  msg = error_of([&] { a.load_state_dict(state); });
+  EXPECT_NE(msg.find("--lr-decay-style: invalid choice 'exp'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("in the checkpoint's LR scheduler state"), std::string::npos) << msg;
   state = a.state_dict();
   state["step"] = -3;

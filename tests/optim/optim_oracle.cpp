@@ -177,7 +177,9 @@ LrScheduleOptions lr_options(const nlohmann::json& j) {
   o.lr = j.value("lr", o.lr);
   o.min_lr = j.value("min_lr", o.min_lr);
   o.lr_warmup_init = j.value("lr_warmup_init", o.lr_warmup_init);
-  o.lr_decay_style = j.value("lr_decay_style", o.lr_decay_style);
+  if (j.contains("lr_decay_style")) {
+    o.lr_decay_style = parse_lr_decay_style(j["lr_decay_style"].get<std::string>());
+  }
   o.lr_warmup_iters = j.value("lr_warmup_iters", o.lr_warmup_iters);
   if (j.contains("lr_decay_iters")) o.lr_decay_iters = j["lr_decay_iters"].get<int64_t>();
   if (j.contains("lr_warmup_fraction"))
@@ -185,7 +187,7 @@ LrScheduleOptions lr_options(const nlohmann::json& j) {
   if (j.contains("lr_wsd_decay_iters"))
     o.lr_wsd_decay_iters = j["lr_wsd_decay_iters"].get<int64_t>();
   if (j.contains("lr_wsd_decay_style")) {
-    o.lr_wsd_decay_style = j["lr_wsd_decay_style"].get<std::string>();
+    o.lr_wsd_decay_style = parse_lr_wsd_decay_style(j["lr_wsd_decay_style"].get<std::string>());
   }
   return o;
 }
@@ -197,15 +199,17 @@ namespace {
 nlohmann::json full_lr_options(const nlohmann::json& j) {
   auto o = lr_options(j);
   auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  nlohmann::json wsd_style = nullptr;
+  if (o.lr_wsd_decay_style) wsd_style = lr_wsd_decay_style_name(*o.lr_wsd_decay_style);
   return {{"lr", o.lr},
           {"min_lr", o.min_lr},
           {"lr_warmup_init", o.lr_warmup_init},
-          {"lr_decay_style", o.lr_decay_style},
+          {"lr_decay_style", lr_decay_style_name(o.lr_decay_style)},
           {"lr_warmup_iters", o.lr_warmup_iters},
           {"lr_decay_iters", opt(o.lr_decay_iters)},
           {"lr_warmup_fraction", opt(o.lr_warmup_fraction)},
           {"lr_wsd_decay_iters", opt(o.lr_wsd_decay_iters)},
-          {"lr_wsd_decay_style", opt(o.lr_wsd_decay_style)}};
+          {"lr_wsd_decay_style", wsd_style}};
 }
 
 nlohmann::json plan() {

@@ -67,15 +67,18 @@ TEST(TrainValidation, EachRuleExplainsWhatIsWrongAndWhatToDo) {
   expect_rejected(
       o, 4, {"--global-batch-size 6 must be a positive multiple of the data-parallel size 4"});
   o = valid();
-  o.precision.compute_dtype = "int8";
-  expect_rejected(o, 4, {"--compute-dtype: unknown dtype 'int8'"});
-  o = valid();
   o.precision.fp16 = true;
-  o.precision.compute_dtype = "float32";
+  o.precision.compute_dtype = ComputeDtype::kFloat32;
   expect_rejected(o, 4, {"--fp16 and --compute-dtype float32"});
   // --loss-type is parsed into an enum once, by the flag table.
   auto msg = error_of([] { parse_loss_type("value_loss"); });
   EXPECT_NE(msg.find("--loss-type value_loss is not supported"), std::string::npos) << msg;
+  // So is --compute-dtype.
+  msg = error_of([] { parse_compute_dtype_choice("int8"); });
+  EXPECT_NE(msg.find("--compute-dtype: invalid choice 'int8' (choose from auto, bfloat16, "
+                     "float16, float32)"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(TrainValidation, DynamicBatchingBalancesTokensAndAgreesAcrossRanks) {
