@@ -1,7 +1,7 @@
 // furlong export-hf --load DIR --out HF_DIR: a training checkpoint as a HF model directory.
 #include "app/common.h"
-#include "core/dtype.h"
 #include "backend/checkpoint.h"
+#include "core/dtype.h"
 
 namespace furlong::app {
 

@@ -7,12 +7,12 @@
 
 #include <filesystem>
 
+#include "core/device_memory.h"
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/host_block_cache.h"
 #include "core/log.h"
 #include "core/tensor_checks.h"
-#include "core/device_memory.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 #include "engine/paged_forward.h"
