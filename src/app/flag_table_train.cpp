@@ -166,8 +166,11 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
   f.add("update-weight-buffer-size", &r.update_weight_buffer_size, "bytes per weight-sync bucket");
   f.add("debug-exit-after-rollout", &r.debug_exit_after_rollout, "stop after N rollouts");
   f.set_group("Rewards");
-  f.add("rm-type", &r.rm_type,
-        "built-in reward: math, deepscaler, dapo, f1, exact_match, final_number");
+  f.add_enum<reward::RewardType>(
+      "rm-type", &r.rm_type,
+      [](const std::string& name) { return reward::parse_reward_type(name, "--rm-type"); },
+      reward::reward_type_name,
+      "built-in reward: math, deepscaler, dapo, f1, exact_match, final_number");
   f.add("rm-url", &r.rm_url, "remote reward server (POST JSON per sample)");
   f.add("reward-key", &r.reward_key, "key to read when a reward is a dict");
   f.add("rm-timeout-seconds", &r.rm_timeout_seconds, "timeout of one remote reward request");

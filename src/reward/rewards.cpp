@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -21,38 +22,36 @@ namespace {
 constexpr std::string_view kBoxedPrefix = "boxed_";
 constexpr std::string_view kRemote = "remote_rm";
 
-// Name -> function. Built-ins first; register_reward_type adds more. Guarded by a mutex so a
-// registration at startup cannot race a lookup.
+// furlong's own graders, in RewardKind's order.
+struct Builtin {
+  const char* name;
+  RewardFunction function;
+};
+
+const std::vector<Builtin>& builtins() {
+  static const std::vector<Builtin> list = {
+      {"math",
+       [](std::string_view r, std::string_view l, const Json&) { return Json(math_reward(r, l)); }},
+      {"deepscaler", [](std::string_view r, std::string_view l,
+                        const Json&) { return Json(deepscaler_reward(r, l)); }},
+      {"dapo",
+       [](std::string_view r, std::string_view l, const Json&) { return dapo_reward(r, l); }},
+      {"f1",
+       [](std::string_view r, std::string_view l, const Json&) { return Json(f1_reward(r, l)); }},
+      {"exact_match", [](std::string_view r, std::string_view l,
+                         const Json&) { return Json(exact_match_reward(r, l)); }},
+      {"final_number", [](std::string_view r, std::string_view l,
+                          const Json&) { return Json(final_number_reward(r, l)); }},
+  };
+  return list;
+}
+
+// The types register_reward_type added, by name. Guarded by a mutex so a registration at
+// startup cannot race a lookup.
 struct Registry {
   std::mutex mutex;
   std::vector<std::string> names;
   std::map<std::string, RewardFunction> functions;
-  size_t num_builtin = 0;  // names[0, num_builtin) are furlong's own graders
-
-  Registry() {
-    add("math", [](std::string_view r, std::string_view l, const Json&) {
-      return Json(math_reward(r, l));
-    });
-    add("deepscaler", [](std::string_view r, std::string_view l, const Json&) {
-      return Json(deepscaler_reward(r, l));
-    });
-    add("dapo",
-        [](std::string_view r, std::string_view l, const Json&) { return dapo_reward(r, l); });
-    add("f1",
-        [](std::string_view r, std::string_view l, const Json&) { return Json(f1_reward(r, l)); });
-    add("exact_match", [](std::string_view r, std::string_view l, const Json&) {
-      return Json(exact_match_reward(r, l));
-    });
-    add("final_number", [](std::string_view r, std::string_view l, const Json&) {
-      return Json(final_number_reward(r, l));
-    });
-    num_builtin = names.size();
-    names.emplace_back(kRemote);  // served by RemoteRewardClient, not a local function
-  }
-  void add(const std::string& name, RewardFunction fn) {
-    names.push_back(name);
-    functions[name] = std::move(fn);
-  }
 };
 
 Registry& registry() {
@@ -60,37 +59,81 @@ Registry& registry() {
   return instance;
 }
 
-std::string base_type(const std::string& rm_type) {
-  return rm_type.starts_with(kBoxedPrefix) ? rm_type.substr(kBoxedPrefix.size()) : rm_type;
+std::optional<RewardKind> builtin_kind(std::string_view base) {
+  const auto& list = builtins();
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (base == list[i].name) return static_cast<RewardKind>(i);
+  }
+  return std::nullopt;
 }
 
-void check_known(const std::string& rm_type, const std::string& where) {
+bool is_registered(const std::string& base) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.functions.contains(base);
+}
+
+[[noreturn]] void fail_unknown(const std::string& name, const std::string& where) {
   const std::vector<std::string> known = known_reward_types();
   const std::string known_text = join(known, ", ");
   FURLONG_CHECK(
-      !rm_type.empty(), where,
+      !name.empty(), where,
       ": no reward type; set --rm-type or the sample's metadata.rm_type (known: ", known_text, ")");
-  if (std::find(known.begin(), known.end(), base_type(rm_type)) != known.end()) return;
-  auto guess = closest_match(rm_type, known);
-  FURLONG_FAIL(where, ": unknown reward type '", rm_type, "'",
+  auto guess = closest_match(name, known);
+  FURLONG_FAIL(where, ": unknown reward type '", name, "'",
                guess ? " (did you mean '" + *guess + "'?)" : std::string(), "; known: ", known_text,
                " (each also as boxed_<type>)");
 }
 
 }  // namespace
 
+RewardType parse_reward_type(const std::string& name, const std::string& where) {
+  RewardType type;
+  type.boxed = name.starts_with(kBoxedPrefix);
+  const std::string base = type.boxed ? name.substr(kBoxedPrefix.size()) : name;
+  if (auto kind = builtin_kind(base)) {
+    type.kind = *kind;
+  } else if (base == kRemote) {
+    type.kind = RewardKind::kRemote;
+  } else if (!base.empty() && is_registered(base)) {
+    type.kind = RewardKind::kRegistered;
+    type.registered = base;
+  } else {
+    fail_unknown(name, where);
+  }
+  return type;
+}
+
+std::string reward_type_name(const RewardType& type) {
+  std::string base;
+  switch (type.kind) {
+    case RewardKind::kRemote:
+      base = kRemote;
+      break;
+    case RewardKind::kRegistered:
+      base = type.registered;
+      break;
+    default:
+      base = builtins().at(static_cast<size_t>(type.kind)).name;
+  }
+  return type.boxed ? std::string(kBoxedPrefix) + base : base;
+}
+
 std::vector<std::string> known_reward_types() {
+  std::vector<std::string> names;
+  for (const auto& b : builtins()) names.emplace_back(b.name);
+  names.emplace_back(kRemote);  // served by RemoteRewardClient, not a local function
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.names;
+  names.insert(names.end(), r.names.begin(), r.names.end());
+  return names;
 }
 
 bool is_builtin_reward_type(const std::string& rm_type) {
-  Registry& r = registry();
-  const std::string base = base_type(rm_type);
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto end = r.names.begin() + static_cast<std::ptrdiff_t>(r.num_builtin);
-  return std::find(r.names.begin(), end, base) != end;
+  const std::string_view base = rm_type.starts_with(kBoxedPrefix)
+                                    ? std::string_view(rm_type).substr(kBoxedPrefix.size())
+                                    : std::string_view(rm_type);
+  return builtin_kind(base).has_value();
 }
 
 void register_reward_type(const std::string& name, RewardFunction function) {
@@ -99,27 +142,37 @@ void register_reward_type(const std::string& name, RewardFunction function) {
   FURLONG_CHECK(static_cast<bool>(function), "reward type '", name, "' needs a function");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  FURLONG_CHECK(!r.functions.contains(name), "reward type '", name, "' is already registered");
-  r.add(name, std::move(function));
+  FURLONG_CHECK(!r.functions.contains(name) && !builtin_kind(name), "reward type '", name,
+                "' is already registered");
+  r.names.push_back(name);
+  r.functions[name] = std::move(function);
 }
 
-Json builtin_reward(const std::string& rm_type, std::string_view response, std::string_view label,
+Json builtin_reward(const RewardType& type, std::string_view response, std::string_view label,
                     const Json& metadata) {
-  check_known(rm_type, "--rm-type");
-  if (rm_type.starts_with(kBoxedPrefix)) {
+  if (type.boxed) {
     std::string boxed = last_boxed_content(response).value_or("");
-    return builtin_reward(base_type(rm_type), boxed, label, metadata);
+    RewardType base = type;
+    base.boxed = false;
+    return builtin_reward(base, boxed, label, metadata);
   }
+  if (type.builtin()) {
+    return builtins().at(static_cast<size_t>(type.kind)).function(response, label, metadata);
+  }
+  FURLONG_CHECK(type.kind == RewardKind::kRegistered, "reward type '", kRemote,
+                "' is served by a reward server (--rm-url), not locally");
   RewardFunction fn;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.functions.find(rm_type);
-    FURLONG_CHECK(it != r.functions.end(), "reward type '", rm_type,
-                  "' is served by a reward server (--rm-url), not locally");
-    fn = it->second;
+    fn = r.functions.at(type.registered);
   }
   return fn(response, label, metadata);
+}
+
+Json builtin_reward(const std::string& rm_type, std::string_view response, std::string_view label,
+                    const Json& metadata) {
+  return builtin_reward(parse_reward_type(rm_type, "--rm-type"), response, label, metadata);
 }
 
 double select_reward_value(const Json& reward, const std::string& reward_key,
@@ -144,8 +197,7 @@ double select_reward_value(const Json& reward, const std::string& reward_key,
 RewardGrader::RewardGrader(RewardOptions options) : options_(std::move(options)) {
   FURLONG_CHECK(options_.max_concurrency >= 1, "reward concurrency must be >= 1, got ",
                 options_.max_concurrency);
-  if (!options_.rm_type.empty()) check_known(options_.rm_type, "--rm-type");
-  const bool remote_type = options_.rm_type == kRemote;
+  const bool remote_type = options_.rm_type && options_.rm_type->remote();
   FURLONG_CHECK(!remote_type || !options_.remote.url.empty(),
                 "--rm-type remote_rm needs --rm-url (the reward server's http:// address)");
   if (!options_.remote.url.empty()) {
@@ -155,27 +207,30 @@ RewardGrader::RewardGrader(RewardOptions options) : options_(std::move(options))
 
 RewardGrader::~RewardGrader() = default;
 
-std::string RewardGrader::rm_type_for(const rl::Sample& sample) const {
+RewardType RewardGrader::rm_type_for(const rl::Sample& sample) const {
+  const std::string where = "sample " + std::to_string(sample.index);
   if (sample.metadata.is_object()) {
     auto it = sample.metadata.find("rm_type");
-    if (it != sample.metadata.end() && it->is_string()) return it->get<std::string>();
+    if (it != sample.metadata.end() && it->is_string()) {
+      return parse_reward_type(it->get<std::string>(), where);
+    }
   }
-  return options_.rm_type;
+  if (!options_.rm_type) fail_unknown("", where);
+  return *options_.rm_type;
 }
 
 Json RewardGrader::score(const rl::Sample& sample) const {
-  const std::string where = "sample " + std::to_string(sample.index);
-  const std::string rm_type = rm_type_for(sample);
-  check_known(rm_type, where);
-  if (rm_type == kRemote) {
-    FURLONG_CHECK(remote_ != nullptr, where, ": reward type remote_rm needs --rm-url");
+  const RewardType type = rm_type_for(sample);
+  if (type.remote()) {
+    FURLONG_CHECK(remote_ != nullptr, "sample ", sample.index,
+                  ": reward type remote_rm needs --rm-url");
     return remote_->score(sample);
   }
-  return builtin_reward(rm_type, graded_text(sample, rm_type), sample.label, sample.metadata);
+  return builtin_reward(type, graded_text(sample, type), sample.label, sample.metadata);
 }
 
-std::string RewardGrader::graded_text(const rl::Sample& sample, const std::string& rm_type) const {
-  if (options_.special_tokens.empty() || !is_builtin_reward_type(rm_type)) return sample.response;
+std::string RewardGrader::graded_text(const rl::Sample& sample, const RewardType& type) const {
+  if (options_.special_tokens.empty() || !type.builtin()) return sample.response;
   return remove_strings(sample.response, options_.special_tokens);
 }
 
@@ -209,7 +264,7 @@ RewardStats RewardGrader::compute_rewards(const std::vector<rl::Sample*>& sample
         try {
           raw = score(s);
         } catch (const Error& e) {
-          if (options_.fail_on_remote_error || rm_type_for(s) != kRemote) throw;
+          if (options_.fail_on_remote_error || !rm_type_for(s).remote()) throw;
           ++failures;
           if (!s.metadata.is_object()) s.metadata = Json::object();
           s.metadata["reward_error"] = e.what();

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/json_util.h"
 #include "reward/remote_reward.h"
+#include "reward/reward_type.h"
 #include "rl/sample.h"
 
 namespace furlong::reward {
@@ -36,7 +38,9 @@ bool is_builtin_reward_type(const std::string& rm_type);
 void register_reward_type(const std::string& name, RewardFunction function);
 
 // The raw reward of a local (non-remote) type, with an optional boxed_ prefix. Unknown (or
-// empty) types are a furlong::Error listing the known ones.
+// empty) type names are a furlong::Error listing the known ones.
+Json builtin_reward(const RewardType& type, std::string_view response, std::string_view label,
+                    const Json& metadata);
 Json builtin_reward(const std::string& rm_type, std::string_view response, std::string_view label,
                     const Json& metadata);
 
@@ -61,8 +65,8 @@ std::vector<std::string> special_token_strings(const Tokenizer& tokenizer) {
 }
 
 struct RewardOptions {
-  std::string rm_type;     // --rm-type (may be empty if every sample sets metadata.rm_type)
-  std::string reward_key;  // --reward-key
+  std::optional<RewardType> rm_type;  // --rm-type (unset if every sample sets metadata.rm_type)
+  std::string reward_key;             // --reward-key
   // The tokenizer's special-token strings (<|im_end|>, ...). Built-in types grade the response
   // with these removed, whatever --rollout-skip-special-tokens kept in sample.response, so that
   // "19<|im_end|>" matches "19"; remote_rm and registered types get sample.response unchanged.
@@ -87,13 +91,13 @@ class RewardGrader {
   explicit RewardGrader(RewardOptions options);
   ~RewardGrader();
 
-  // The reward type of `sample` (metadata.rm_type over --rm-type).
-  std::string rm_type_for(const rl::Sample& sample) const;
+  // The reward type of `sample` (metadata.rm_type over --rm-type); an error names the sample.
+  RewardType rm_type_for(const rl::Sample& sample) const;
   // The raw reward of one sample (number or object).
   Json score(const rl::Sample& sample) const;
-  // The text the grader of `rm_type` reads for `sample`: the response without special tokens
+  // The text the grader of `type` reads for `sample`: the response without special tokens
   // for built-in types, the response as it is for the others.
-  std::string graded_text(const rl::Sample& sample, const std::string& rm_type) const;
+  std::string graded_text(const rl::Sample& sample, const RewardType& type) const;
   // Scores every sample that is not ABORTED, up to max_concurrency at once, and sets raw_reward
   // and reward to the selected value (reward is replaced later by group normalization). An
   // object reward is also kept whole in metadata["reward"].

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/json_util.h"
+#include "reward/reward_type.h"
 #include "rollout/agent_options.h"
 
 namespace furlong::rollout {
@@ -51,8 +52,8 @@ struct RolloutOptions {
   std::optional<int64_t> over_sampling_batch_size;
   std::string dynamic_sampling_filter_path;  // "" | check_reward_nonzero_std | check_no_aborted
   std::string metadata_key = "metadata";
-  std::string rm_type;                // built-in reward (math, deepscaler, dapo, f1, ...)
-  std::optional<std::string> rm_url;  // remote reward server
+  std::optional<reward::RewardType> rm_type;  // built-in reward (math, deepscaler, dapo, f1, ...)
+  std::optional<std::string> rm_url;          // remote reward server
   std::optional<std::string> reward_key;
   double rm_timeout_seconds = 30.0;
   int64_t rm_max_retries = 3;

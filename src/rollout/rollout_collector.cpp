@@ -88,8 +88,8 @@ void take_routed_experts(rl::Sample& sample, engine::GenerateOutput&& out, bool 
 // change what is graded.
 metrics::RewardSetup reward_setup(const RolloutConfig& o) {
   metrics::RewardSetup setup;
-  if (!o.rollout.rm_type.empty()) {
-    setup.grader = "--rm-type " + o.rollout.rm_type;
+  if (o.rollout.rm_type) {
+    setup.grader = "--rm-type " + reward::reward_type_name(*o.rollout.rm_type);
   } else if (o.rollout.rm_url) {
     setup.grader = "--rm-url " + *o.rollout.rm_url;
   } else if (o.agent.agent_env_url) {
@@ -164,7 +164,7 @@ RolloutCollector::RolloutCollector(const RolloutConfig& options, RolloutEngines&
       tokenizer_(tokenizer),
       reward_(std::move(reward)) {
   if (options.agent.agent_env_url) {  // env rewards first; the reward function for the rest
-    const bool graded = !options.rollout.rm_type.empty() || options.rollout.rm_url.has_value();
+    const bool graded = options.rollout.rm_type.has_value() || options.rollout.rm_url.has_value();
     reward_ = with_env_rewards(graded ? std::move(reward_) : RewardFn());
     agent_ = std::make_shared<AgentEpisodeRunner>(options, tokenizer);
   }

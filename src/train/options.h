@@ -127,10 +127,10 @@ void validate_options(const TrainOptions& options, int world_size);
 void validate_rl_options(const TrainOptions& options);
 // The checks that need no model, data or process group, run once right after the flags are
 // parsed (and miles' flags translated, app/miles_compat.h): R3 implies R2, the micro-batching
-// default, --rm-type, the output paths (--metrics-file, --report parents exist;
-// --tensorboard-dir is created), --chat-template-path, --apply-chat-template-kwargs, and the
-// --save without --save-interval warning. Logs only where
-// `log` is true (the launch's first rank), so a line appears once per run.
+// default, the output paths (--metrics-file, --report parents exist; --tensorboard-dir is
+// created), --chat-template-path, --apply-chat-template-kwargs, and the --save without
+// --save-interval warning (--rm-type is checked by the flag table, which parses it). Logs only
+// where `log` is true (the launch's first rank), so a line appears once per run.
 void prepare_options_before_launch(TrainOptions& options, bool log);
 
 // Each layer's view of the run's options (copies; derived sizes must be set first).

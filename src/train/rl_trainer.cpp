@@ -177,7 +177,8 @@ std::vector<rl::Sample> load_debug_rollout(const TrainOptions& o, int64_t rollou
 // the responses without `tokenizer`'s special tokens.
 RewardFn make_reward_fn(const TrainOptions& o, const tokenizer::Tokenizer& tokenizer) {
   reward::RewardOptions ro;
-  ro.rm_type = o.rollout.rm_type.empty() && o.rollout.rm_url ? "remote_rm" : o.rollout.rm_type;
+  ro.rm_type = o.rollout.rm_type;
+  if (!ro.rm_type && o.rollout.rm_url) ro.rm_type = reward::RewardType{reward::RewardKind::kRemote};
   ro.reward_key = o.rollout.reward_key.value_or("");
   ro.special_tokens = reward::special_token_strings(tokenizer);
   ro.remote.url = o.rollout.rm_url.value_or("");
@@ -661,7 +662,7 @@ OrderedJson run_info_fields(RlRun& run) {
   f["--prompt-data"] =
       o.data.prompt_data + " (" + std::to_string(run.driver.dataset->size()) + " prompts)";
   f["--input-key / --label-key"] = o.data.input_key + " / " + o.data.label_key;
-  if (!o.rollout.rm_type.empty()) f["--rm-type"] = o.rollout.rm_type;
+  if (o.rollout.rm_type) f["--rm-type"] = reward::reward_type_name(*o.rollout.rm_type);
   if (o.rollout.rm_url) f["--rm-url"] = *o.rollout.rm_url;
   if (!o.eval.eval_prompt_data.empty()) {
     f["--eval-prompt-data"] = join(o.eval.eval_prompt_data, " ");

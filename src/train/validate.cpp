@@ -1,6 +1,5 @@
 #include <ATen/Context.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -8,9 +7,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/log.h"
-#include "core/strings.h"
 #include "data/dynamic_filter.h"
-#include "reward/rewards.h"
 #include "rollout/agent_episode.h"
 #include "train/options.h"
 
@@ -108,7 +105,7 @@ void validate_rl_options(const TrainOptions& o) {
                 "--use-rollout-logprobs and --use-tis cannot be combined (TIS corrects the "
                 "rollout log-probs against the trainer's; pick one)");
   rl::validate_algorithm_options(advantage_options(a), loss_options(a, o.batch));
-  FURLONG_CHECK(!r.rm_type.empty() || r.rm_url || o.agent.agent_env_url,
+  FURLONG_CHECK(r.rm_type || r.rm_url || o.agent.agent_env_url,
                 "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match, "
                 "final_number), "
                 "--rm-url, or an --agent-env-url whose env gives rewards");
@@ -130,18 +127,6 @@ void validate_rl_options(const TrainOptions& o) {
 
 namespace furlong::train {
 namespace {
-
-// --rm-type before anything loads: a known type (with an optional boxed_ prefix).
-void check_rm_type(const std::string& rm_type) {
-  if (rm_type.empty()) return;
-  const auto known = reward::known_reward_types();
-  const std::string base = rm_type.starts_with("boxed_") ? rm_type.substr(6) : rm_type;
-  if (std::find(known.begin(), known.end(), base) != known.end()) return;
-  auto guess = closest_match(rm_type, known);
-  FURLONG_FAIL("--rm-type ", rm_type, ": unknown reward type",
-               guess ? " (did you mean " + *guess + "?)" : std::string(),
-               "; known: ", join(known, ", "), " (each also as boxed_<type>)");
-}
 
 // An output file's directory must exist (a typo should not create a tree somewhere).
 void check_parent_exists(const std::optional<std::string>& path, const std::string& flag) {
@@ -191,7 +176,6 @@ void prepare_options_before_launch(TrainOptions& o, bool log) {
   // miles' argument validation: R3 replays through the R2 machinery, so it turns R2 on.
   if (o.moe.use_rollout_routing_replay) o.moe.use_routing_replay = true;
   resolve_micro_batching(o.batch, log);
-  if (o.batch.loss_type == LossType::kPolicyLoss) check_rm_type(o.rollout.rm_type);
   check_outputs(o.logging);
   check_chat_template_flags(o.data);
   if (log && o.checkpoint.save && !o.checkpoint.save_interval) {

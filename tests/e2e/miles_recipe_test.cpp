@@ -355,8 +355,7 @@ TEST(MilesRecipe, FlagsThatNeedNoModelFailBeforeAnythingLoads) {
   };
   const std::vector<Case> cases = {
       {{"--rm-type", "deepscalr"},
-       "--rm-type deepscalr: unknown reward type (did you mean "
-       "deepscaler?)"},
+       "--rm-type: unknown reward type 'deepscalr' (did you mean 'deepscaler'?)"},
       {{"--metrics-file", "/nonexistent-dir/m.jsonl"}, "--metrics-file /nonexistent-dir/m.jsonl"},
       {{"--report", "/nonexistent-dir/r.html"}, "--report /nonexistent-dir/r.html"},
       {{"--custom-tis-function-path", "mis.compute_mis_weights_fsdp"},

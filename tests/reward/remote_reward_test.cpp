@@ -227,7 +227,7 @@ TEST(RemoteReward, UrlValidation) {
 TEST(RemoteReward, BatchRunsConcurrentlyWithinTheBound) {
   RewardServer server;
   RewardOptions o;
-  o.rm_type = "remote_rm";
+  o.rm_type = RewardType{RewardKind::kRemote};
   o.remote = fast_options(server.url("/busy"));
   o.remote.timeout_s = 5;
   o.max_concurrency = 4;
@@ -247,7 +247,7 @@ TEST(RemoteReward, BatchRunsConcurrentlyWithinTheBound) {
 TEST(RemoteReward, ObjectRewardsAndCountedFailures) {
   RewardServer server;
   RewardOptions o;
-  o.rm_type = "remote_rm";
+  o.rm_type = RewardType{RewardKind::kRemote};
   o.reward_key = "score";
   o.remote = fast_options(server.url("/dict"));
   std::vector<rl::Sample> samples(2, sample("4", "4"));

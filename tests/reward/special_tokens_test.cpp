@@ -61,7 +61,7 @@ TEST(GradedText, BuiltinTypesGradeWithoutSpecialTokens) {
   ASSERT_EQ(response, "19<|im_end|>");
 
   RewardOptions o;
-  o.rm_type = "exact_match";
+  o.rm_type = RewardType{RewardKind::kExactMatch};
   o.special_tokens = special_token_strings(qwen3());
   std::vector<rl::Sample> samples = {answered(response, "19"), answered(response, "19")};
   samples[1].metadata["rm_type"] = "final_number";
@@ -86,7 +86,7 @@ TEST(GradedText, EveryBuiltinTypeAndItsBoxedFormSeeTheStrippedText) {
   for (const std::string type :
        {"math", "deepscaler", "dapo", "f1", "exact_match", "final_number", "boxed_f1"}) {
     EXPECT_TRUE(is_builtin_reward_type(type)) << type;
-    EXPECT_EQ(grader.graded_text(s, type), "\\boxed{4}") << type;
+    EXPECT_EQ(grader.graded_text(s, parse_reward_type(type, "t")), "\\boxed{4}") << type;
   }
 }
 
@@ -98,13 +98,13 @@ TEST(GradedText, RemoteAndRegisteredTypesGetTheResponseUnchanged) {
                          });
   }
   RewardOptions o;
-  o.rm_type = "special_tokens_test_echo";
+  o.rm_type = parse_reward_type("special_tokens_test_echo", "--rm-type");
   o.special_tokens = {"<|im_end|>"};
   const RewardGrader grader(o);
   const rl::Sample s = answered("4<|im_end|>", "4");
   EXPECT_FALSE(is_builtin_reward_type("special_tokens_test_echo"));
   EXPECT_FALSE(is_builtin_reward_type("remote_rm"));
-  EXPECT_EQ(grader.graded_text(s, "remote_rm"), "4<|im_end|>");
+  EXPECT_EQ(grader.graded_text(s, RewardType{RewardKind::kRemote}), "4<|im_end|>");
   EXPECT_EQ(grader.score(s), 1.0);
 }
 

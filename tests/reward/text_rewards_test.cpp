@@ -117,6 +117,25 @@ TEST(RewardRegistry, BuiltinsAndBoxedPrefix) {
             std::string::npos);
 }
 
+// --rm-type and metadata.rm_type are parsed once: the grader and the boxed_ prefix.
+TEST(RewardRegistry, TypesParseIntoKindAndPrefixAndBack) {
+  for (const std::string name : {"math", "deepscaler", "dapo", "f1", "exact_match", "final_number",
+                                 "remote_rm", "boxed_f1", "boxed_math"}) {
+    EXPECT_EQ(reward_type_name(parse_reward_type(name, "--rm-type")), name);
+  }
+  const RewardType boxed = parse_reward_type("boxed_final_number", "--rm-type");
+  EXPECT_EQ(boxed.kind, RewardKind::kFinalNumber);
+  EXPECT_TRUE(boxed.boxed);
+  EXPECT_TRUE(boxed.builtin());
+  EXPECT_TRUE(parse_reward_type("remote_rm", "x").remote());
+  EXPECT_FALSE(parse_reward_type("remote_rm", "x").builtin());
+  std::string err = error_of([] { parse_reward_type("deepscalr", "--rm-type"); });
+  EXPECT_NE(err.find("--rm-type: unknown reward type 'deepscalr' (did you mean 'deepscaler'?)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("(each also as boxed_<type>)"), std::string::npos) << err;
+}
+
 TEST(RewardRegistry, RegisteredTypesAreServedAndListed) {
   auto before = known_reward_types();  // the registry is process-wide: register once
   if (std::find(before.begin(), before.end(), "length_penalty") == before.end()) {
@@ -131,6 +150,10 @@ TEST(RewardRegistry, RegisteredTypesAreServedAndListed) {
             -2.0);
   auto known = known_reward_types();
   EXPECT_NE(std::find(known.begin(), known.end(), "length_penalty"), known.end());
+  const RewardType registered = parse_reward_type("boxed_length_penalty", "--rm-type");
+  EXPECT_EQ(registered.kind, RewardKind::kRegistered);
+  EXPECT_EQ(registered.registered, "length_penalty");
+  EXPECT_EQ(reward_type_name(registered), "boxed_length_penalty");
   EXPECT_NE(error_of([] { register_reward_type("math", {}); }).find("needs a function"),
             std::string::npos);
   auto noop = [](std::string_view, std::string_view, const Json&) { return Json(0.0); };
@@ -156,7 +179,7 @@ TEST(RewardRegistry, RewardKeySelection) {
 
 TEST(RewardGrader, ScoresSamplesWithOverridesAndSkipsAborted) {
   RewardOptions o;
-  o.rm_type = "math";
+  o.rm_type = RewardType{RewardKind::kMath};
   o.max_concurrency = 4;
   RewardGrader model(o);
   std::vector<rl::Sample> samples(6);
@@ -179,7 +202,7 @@ TEST(RewardGrader, ScoresSamplesWithOverridesAndSkipsAborted) {
   EXPECT_EQ(samples[5].raw_reward, 1.0);
 
   RewardOptions dapo;
-  dapo.rm_type = "dapo";
+  dapo.rm_type = parse_reward_type("dapo", "--rm-type");
   dapo.reward_key = "score";
   std::vector<rl::Sample> one(1);
   one[0].response = "Answer: 8";
@@ -189,7 +212,7 @@ TEST(RewardGrader, ScoresSamplesWithOverridesAndSkipsAborted) {
   EXPECT_EQ(one[0].metadata["reward"]["acc"], true);
 
   RewardOptions bad;
-  bad.rm_type = "remote_rm";
+  bad.rm_type = RewardType{RewardKind::kRemote};
   EXPECT_NE(error_of([&] { RewardGrader m(bad); }).find("--rm-url"), std::string::npos);
 }
 
