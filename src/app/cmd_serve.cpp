@@ -39,6 +39,9 @@ engine::server::ServerOptions server_options(const ServeOptions& o) {
   s.max_concurrent_requests = o.max_concurrent_requests;
   s.max_request_bytes = o.max_request_bytes;
   s.paused_request_timeout_s = o.paused_request_timeout_s;
+  s.header_timeout_s = o.header_timeout_s;
+  s.max_waiting_connections = o.max_waiting_connections;
+  s.max_samples_per_request = o.max_samples_per_request;
   s.served_model_name = o.served_model_name;
   if (!is_loopback(o.host) && o.api_key.empty()) {
     LOG_WARN("serving on ", o.host, " without --api-key: anyone who can reach it can use it");

@@ -67,6 +67,9 @@ struct ServeOptions {
   int64_t max_concurrent_requests = 256;
   int64_t max_request_bytes = int64_t{64} << 20;  // engine::server::kDefaultMaxRequestBytes
   double paused_request_timeout_s = 0;            // 0 = queue until /continue_generation
+  double header_timeout_s = 10;                   // engine::server::ServerOptions
+  int64_t max_waiting_connections = 512;
+  int64_t max_samples_per_request = 4096;  // engine::server::kDefaultMaxSamplesPerRequest
 };
 
 // `furlong generate`: batched generation of JSONL prompts through the rollout engine.

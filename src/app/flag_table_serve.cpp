@@ -29,6 +29,16 @@ void register_flags(config::FlagSet& f, ServeOptions& o) {
         "seconds a generation request may wait while generation is paused "
         "(/pause_generation) before it is answered 503 (0 = wait for /continue_generation, as "
         "SGLang does)");
+  f.add("header-timeout", &o.header_timeout_s,
+        "seconds a connection may take to send its request line and headers (from connecting, or "
+        "from the first byte of a kept-alive connection's next request); later, it is answered "
+        "408 and closed. Connections waiting for a header hold no handler thread");
+  f.add("max-waiting-connections", &o.max_waiting_connections,
+        "connections waiting for a request header (new, slow or idle kept-alive) kept at once; "
+        "beyond it the one waiting longest is closed");
+  f.add("max-samples-per-request", &o.max_samples_per_request,
+        "generations one request may queue: prompts x n of /generate, /v1/completions and "
+        "/v1/chat/completions (larger requests are answered 400)");
 }
 
 }  // namespace furlong::app

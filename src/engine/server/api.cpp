@@ -116,6 +116,15 @@ Json finish_reason_json(const GenerateOutput& output) {
 
 }  // namespace
 
+void check_sample_count(size_t prompts, int64_t n, const ModelLimits& limits,
+                        const std::string& where) {
+  const uint64_t samples = static_cast<uint64_t>(prompts) * static_cast<uint64_t>(n);
+  if (limits.max_samples <= 0 || samples <= static_cast<uint64_t>(limits.max_samples)) return;
+  bad_request(where + ": " + std::to_string(prompts) + " prompt(s) x n = " + std::to_string(n) +
+              " is " + std::to_string(samples) + " samples, more than --max-samples-per-request (" +
+              std::to_string(limits.max_samples) + ") allows in one request; send fewer at a time");
+}
+
 void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
                   const ModelLimits& limits, const std::string& where) {
   if (ids.empty()) bad_request(where + ": the prompt is empty");
@@ -304,6 +313,7 @@ GenerateCall parse_generate(const Json& body, const tokenizer::Tokenizer& tokeni
     const int64_t n = samples_of(mine, item_where + " sampling_params");
     if (i > 0 && n != call.n) bad_request(where + ": every prompt must ask for the same 'n'");
     call.n = n;
+    if (i == 0) check_sample_count(prompts.size(), n, limits, where);
     if (call.stream && n > 1) bad_request(where + ": 'stream' serves one sample (n = 1)");
     params.top_logprobs_num = call.top_logprobs_num;
     check_prompt(prompts[i], params.max_new_tokens, limits, item_where);

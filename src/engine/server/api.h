@@ -53,6 +53,7 @@ void check_known_fields(const OrderedJson& body, std::initializer_list<std::stri
 struct ModelLimits {
   int64_t vocab_size = 0;
   int64_t context_length = 0;
+  int64_t max_samples = 0;  // prompts x n one request may queue (0: no bound)
 };
 
 // How the output text is rendered (SGLang sampling_params keys the engine does not need).
@@ -131,6 +132,10 @@ std::pair<SamplingParams, TextOptions> parse_sampling(const Json& json, const st
 // The sampling of sample j of an n-sample request: with a seed, sample j draws with seed + j
 // (one seed for all would make n copies).
 SamplingParams sample_sampling(const SamplingParams& params, int64_t j);
+// prompts x n within limits.max_samples (400 naming --max-samples-per-request otherwise), checked
+// before the samples are expanded into items.
+void check_sample_count(size_t prompts, int64_t n, const ModelLimits& limits,
+                        const std::string& where);
 // Non-empty, ids in the vocabulary, prompt + max_new_tokens within the context (400 otherwise).
 void check_prompt(const std::vector<int64_t>& ids, int64_t max_new_tokens,
                   const ModelLimits& limits, const std::string& where);

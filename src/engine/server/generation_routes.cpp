@@ -2,6 +2,8 @@
 // OpenAI's /v1/completions and /v1/chat/completions (plain and streamed), /tokenize and
 // /detokenize.
 #include <algorithm>
+#include <new>
+#include <string>
 #include <utility>
 
 #include "core/log.h"
@@ -10,6 +12,42 @@
 #include "tokenizer/tokenizer.h"
 
 namespace furlong::engine::server {
+namespace {
+
+// Ends a streamed response with an error event (SGLang's shape: data: {"error": {...}}).
+bool end_stream_with_error(httplib::DataSink& sink, int status, const std::string& type,
+                           const std::string& message) {
+  try {
+    std::string events = sse_event(error_body(message, type, status)) + "data: [DONE]\n\n";
+    if (!sink.write(events.data(), events.size())) return false;
+    sink.done();
+    return true;
+  } catch (...) {
+    return false;  // ends the response where it is
+  }
+}
+
+// One step of a streamed response runs after its route handler returned, outside guarded():
+// an exception (std::bad_alloc, a failing tokenizer) ends this stream with an error event
+// rather than escaping into cpp-httplib's writer. Its releaser then aborts what still runs.
+template <typename Step>
+bool guarded_step(httplib::DataSink& sink, Step&& step) {
+  try {
+    return step();
+  } catch (const std::bad_alloc&) {
+    LOG_ERROR("out of memory while streaming a response: it ends with an error event");
+    return end_stream_with_error(sink, 503, "unavailable",
+                                 "out of memory while streaming this response");
+  } catch (const std::exception& e) {
+    LOG_ERROR("streaming a response failed: ", e.what());
+    return end_stream_with_error(sink, 500, "internal_error",
+                                 std::string("internal error: ") + e.what());
+  } catch (...) {
+    return end_stream_with_error(sink, 500, "internal_error", "internal error");
+  }
+}
+
+}  // namespace
 
 // Server-sent events: one `data: {...}` per batch of new tokens (SGLang's cumulative shape:
 // text and output_ids so far, finish_reason null), then the final object and `data: [DONE]`.
@@ -48,7 +86,8 @@ void EngineServer::Impl::stream(const Request& req, Response& res, GenerateCall 
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, st, shared_call, watch, start](size_t, httplib::DataSink& sink) {
-        return stream_step(st, *shared_call, *watch, start, sink);
+        return guarded_step(sink,
+                            [&] { return stream_step(st, *shared_call, *watch, start, sink); });
       },
       [this, st, shared_call](bool) {
         bool finished;
@@ -236,7 +275,8 @@ void EngineServer::Impl::openai_stream(const Request& req, Response& res,
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, st, call, ids, watch, start](size_t, httplib::DataSink& sink) {
-        return openai_stream_step(st, *call, ids, *watch, start, sink);
+        return guarded_step(
+            sink, [&] { return openai_stream_step(st, *call, ids, *watch, start, sink); });
       },
       [this, st, call](bool) {
         std::vector<RequestId> unfinished;

@@ -136,6 +136,7 @@ void parse_choices_and_stream(const J& body, const std::string& where, OpenAiCal
 // Expands each prompt into n items (sample j of a seeded request draws with seed + j).
 void add_items(OpenAiCall& call, std::vector<std::vector<int64_t>> prompts, const Json& sampling,
                const ModelLimits& limits, const std::string& where) {
+  check_sample_count(prompts.size(), call.n, limits, where);
   auto [params, text] = parse_sampling(sampling, where);
   check_stop_token_ids(params.stop_token_ids, limits, where);
   params.top_logprobs_num = call.logprobs ? call.top_logprobs : 0;

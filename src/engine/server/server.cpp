@@ -2,6 +2,8 @@
 // and the control, weight, memory and info routes (generation routes: generation_routes.cpp).
 #include "engine/server/server.h"
 
+#include <strings.h>
+
 #include <cmath>
 
 #include <algorithm>
@@ -342,21 +344,44 @@ void EngineServer::Impl::install_info_routes() {
   });
 }
 
+bool EngineServer::Impl::authorized(const Request& req) const {
+  return options.api_key.empty() || req.path.rfind("/health", 0) == 0 ||
+         same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key);
+}
+
 void EngineServer::Impl::install_hooks() {
-  http.new_task_queue = [n = options.max_concurrent_requests] {
-    return new httplib::ThreadPool(static_cast<size_t>(n));
-  };
+  GateOptions gate;
+  gate.header_timeout_s = options.header_timeout_s;
+  gate.max_waiting = static_cast<size_t>(options.max_waiting_connections);
+  gate.handler_threads = static_cast<size_t>(options.max_concurrent_requests);
+  http.configure(gate, options.max_request_bytes);
   http.set_payload_max_length(static_cast<size_t>(options.max_request_bytes));
+  // Runs once the header is in, before any of the body is read.
   http.set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/health", 0) == 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "authentication_error",
-               "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
-    return httplib::Server::HandlerResponse::Handled;
+    if (!authorized(req)) {
+      send_error(res, 401, "authentication_error",
+                 "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // cpp-httplib would inflate it with no bound: --max-request-bytes caps only the bytes sent.
+    const std::string encoding = req.get_header_value("Content-Encoding");
+    if (!encoding.empty() && strcasecmp(encoding.c_str(), "identity") != 0) {
+      send_error(res, 415, "invalid_request_error",
+                 "request bodies with Content-Encoding '" + encoding.substr(0, 40) +
+                     "' are not accepted: send them uncompressed");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   http.set_error_handler([this](const Request& req, Response& res) {
+    const RequestStream* stream = HttpServer::current_stream();
+    // A chunked body stopped at the limit fails cpp-httplib's read, which it answers 400.
+    if (stream && res.status == 400 && stream->body_too_large()) {
+      res.status = 413;
+      res.body.clear();
+    }
+    // The rest of an unread body would be taken for the next request: this one is the last.
+    if (stream && !stream->body_complete()) res.set_header("Connection", "close");
     if (!res.body.empty()) return;  // an endpoint's own error body
     if (res.status == 404) {
       send_error(res, 404, "not_found_error", "no endpoint " + req.method + " " + req.path);
@@ -391,6 +416,13 @@ EngineServer::EngineServer(std::shared_ptr<EngineBackend> backend, ServerOptions
                     std::isfinite(impl_->options.paused_request_timeout_s),
                 "--paused-request-timeout must be a finite number of seconds >= 0 (0 = wait), got ",
                 impl_->options.paused_request_timeout_s);
+  const auto& o = impl_->options;
+  FURLONG_CHECK(o.header_timeout_s > 0 && o.header_timeout_s <= 86400,
+                "--header-timeout must be in (0, 86400] seconds, got ", o.header_timeout_s);
+  FURLONG_CHECK(o.max_waiting_connections >= 1, "--max-waiting-connections must be >= 1, got ",
+                o.max_waiting_connections);
+  FURLONG_CHECK(o.max_samples_per_request >= 1, "--max-samples-per-request must be >= 1, got ",
+                o.max_samples_per_request);
   if (impl_->options.served_model_name.empty()) {
     impl_->options.served_model_name =
         impl_->backend->model_info().value("model_path", std::string("furlong"));
@@ -408,17 +440,13 @@ EngineServer::~EngineServer() {
 }
 
 int EngineServer::start() {
-  auto& o = impl_->options;
-  if (o.port == 0) {
-    impl_->port = impl_->http.bind_to_any_port(o.host);
-    FURLONG_CHECK(impl_->port > 0, "cannot bind ", o.host, " (any port)");
-  } else {
-    FURLONG_CHECK(impl_->http.bind_to_port(o.host, o.port), "cannot bind ", o.host, ":", o.port,
-                  " (in use, or not an address of this machine)");
-    impl_->port = o.port;
-  }
+  impl_->port = impl_->http.bind(impl_->options.host, impl_->options.port);
   impl_->http.widen_backlog();
   impl_->listener = std::thread([this] { impl_->http.listen_after_bind(); });
+  // httplib::Server::stop() does nothing until the accept loop runs: a stop() right after
+  // start() would then leave the listener accepting and wait() joining it forever.
+  for (int i = 0; i < 5000 && !impl_->http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return impl_->port;
 }
 
@@ -431,6 +459,7 @@ void EngineServer::stop() {
   impl_->stopping = true;
   impl_->http.stop();
   wait();
+  impl_->http.stop_gate();
 }
 
 int EngineServer::port() const {

@@ -23,6 +23,9 @@ inline constexpr int64_t kDefaultMaxRequestBytes = int64_t{64} << 20;
 // start would end in std::terminate, so the count is bounded up front.
 inline constexpr int64_t kMaxConcurrentRequests = 4096;
 
+// 256 prompts x 16 samples: a GRPO rollout batch sent as one /generate call.
+inline constexpr int64_t kDefaultMaxSamplesPerRequest = 4096;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless asked otherwise
   int port = 30000;                // 0 = any free port
@@ -30,6 +33,16 @@ struct ServerOptions {
   int64_t max_concurrent_requests = 256;  // handler threads (connections served at once)
   // Larger bodies are answered 413 before they are read into memory (or parsed, or tokenized).
   int64_t max_request_bytes = kDefaultMaxRequestBytes;
+  // Request line and headers must arrive within this many seconds of the connection (or of a
+  // kept-alive connection's next first byte), else 408 and closed. A connection waiting for its
+  // header holds no handler thread.
+  double header_timeout_s = 10;
+  // Connections waiting for a request header (new, slow or idle kept-alive) beyond this bound
+  // are closed, the one waiting longest first.
+  int64_t max_waiting_connections = 512;
+  // Generations one request may queue: prompts x n of /generate and the OpenAI routes (400
+  // beyond), so a small body cannot demand unbounded memory.
+  int64_t max_samples_per_request = kDefaultMaxSamplesPerRequest;
   std::string served_model_name;          // the "model" of OpenAI responses
   double health_generate_timeout_s = 60;  // /health_generate's one-token generation
   // While generation is paused, requests queue (SGLang's behaviour, what miles expects) until

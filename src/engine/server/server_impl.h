@@ -4,16 +4,13 @@
 #pragma once
 
 #include <httplib.h>
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -23,6 +20,7 @@
 #include "core/log.h"
 #include "engine/server/api.h"
 #include "engine/server/connection_watch.h"
+#include "engine/server/http_server.h"
 #include "engine/server/openai_api.h"
 #include "engine/server/server.h"
 
@@ -51,16 +49,6 @@ inline Json optional_body(const Request& req, const std::string& endpoint) {
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) return Json::object();
   return parse_body(req.body, endpoint);
 }
-
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of connections (32 rollout workers at
-// once) overflows it, and the kernel then drops handshakes (1 s retransmits) or whole requests.
-// listen() again on the bound socket raises the backlog to the system's maximum.
-class WideBacklogServer : public httplib::Server {
- public:
-  void widen_backlog() {
-    FURLONG_CHECK(::listen(svr_sock_, SOMAXCONN) == 0, "listen(): ", std::strerror(errno));
-  }
-};
 
 // Outputs of submitted requests, filled by engine callbacks (engine thread).
 struct Waiter {
@@ -104,7 +92,7 @@ struct OpenAiStream {
 struct EngineServer::Impl {
   std::shared_ptr<EngineBackend> backend;
   ServerOptions options;
-  WideBacklogServer http;
+  HttpServer http;
   std::thread listener;
   int port = -1;
   std::atomic<bool> stopping{false};
@@ -119,7 +107,11 @@ struct EngineServer::Impl {
   Impl(std::shared_ptr<EngineBackend> b, ServerOptions o)
       : backend(std::move(b)), options(std::move(o)) {}
 
-  ModelLimits limits() const { return {backend->vocab_size(), backend->context_length()}; }
+  ModelLimits limits() const {
+    return {backend->vocab_size(), backend->context_length(), options.max_samples_per_request};
+  }
+  // The API key, when one is set, is given (every /health* endpoint is open).
+  bool authorized(const Request& req) const;
   // With --paused-request-timeout: whether a request that arrived at `arrived` has waited
   // longer than the bound while generation is paused (counted from the later of its arrival
   // and the pause).
@@ -143,6 +135,12 @@ struct EngineServer::Impl {
       fn();
     } catch (const ApiError& e) {
       send_error(res, e.status(), e.type(), e.what());
+    } catch (const std::bad_alloc&) {
+      // The request's own allocations are gone by now (unwound): the server can answer.
+      LOG_ERROR(req.method, " ", req.path, ": out of memory");
+      send_error(res, 503, "unavailable",
+                 "out of memory while serving this request: retry later, or ask for fewer "
+                 "samples or tokens (--max-samples-per-request)");
     } catch (const Error& e) {
       send_error(res, 400, "invalid_request_error", e.what());
     } catch (const std::exception& e) {
