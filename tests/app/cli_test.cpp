@@ -15,6 +15,7 @@
 #include <regex>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "core/jsonl.h"
@@ -38,19 +39,8 @@ void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
   write_file_atomic(path, text);
 }
 
-Json tiny_qwen3_config() {
-  return Json{{"architectures", {"Qwen3ForCausalLM"}},
-              {"model_type", "qwen3"},
-              {"hidden_size", 64},
-              {"intermediate_size", 128},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"head_dim", 16},
-              {"max_position_embeddings", 512},
-              {"tie_word_embeddings", true},
-              {"initializer_range", 0.5}};
-}
+// The tiny Qwen3 (and Qwen3-MoE) of this file: 512 positions, weights of std 0.5.
+const Json kTinyOverrides = {{"max_position_embeddings", 512}, {"initializer_range", 0.5}};
 
 // One model (real Qwen3 tokenizer, random weights) shared by the tests of this file.
 class Cli : public ::testing::Test {
@@ -60,12 +50,9 @@ class Cli : public ::testing::Test {
     dir_ = testing::binary_dir() / "testdata" / ("cli." + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    write_file_atomic(dir_ / "tiny.json", tiny_qwen3_config().dump());
-    auto r = run_command(furlong_cmd(
-        "init-model --config " + shell_quote((dir_ / "tiny.json").string()) + " --tokenizer " +
-        shell_quote(testing::tokenizer_dir("qwen3").string()) + " --out " +
-        shell_quote((dir_ / "model").string()) + " --seed 7 --dtype float32"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    testing::init_model(dir_, "model",
+                        testing::tiny_model_config(testing::TinyFamily::kQwen3, kTinyOverrides),
+                        testing::tokenizer_dir("qwen3"));
   }
   static fs::path model() { return dir_ / "model"; }
   static fs::path dir_;
@@ -307,20 +294,6 @@ TEST_F(Cli, HelpWorksForEveryCommandAndTheCliReferenceIsCurrent) {
   EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos);
 }
 
-// Qwen3-MoE: E = 8 experts, K = 2 per token, layer 1 dense (mlp_only_layers).
-Json tiny_qwen3_moe_config() {
-  auto c = tiny_qwen3_config();
-  c["architectures"] = {"Qwen3MoeForCausalLM"};
-  c["model_type"] = "qwen3_moe";
-  c["num_hidden_layers"] = 3;
-  c["num_experts"] = 8;
-  c["num_experts_per_tok"] = 2;
-  c["moe_intermediate_size"] = 32;
-  c["norm_topk_prob"] = true;
-  c["mlp_only_layers"] = {1};
-  return c;
-}
-
 // The directory is a Qwen3-MoE checkpoint in HF's on-disk layout: the expert count in the
 // config, one tensor per expert and projection, none of transformers' fused in-memory names.
 void expect_per_expert_layout(const fs::path& dir) {
@@ -401,12 +374,10 @@ class CliMoe : public ::testing::Test {
     dir_ = testing::binary_dir() / "testdata" / ("cli_moe." + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    write_file_atomic(dir_ / "moe.json", tiny_qwen3_moe_config().dump());
-    auto r = run_command(furlong_cmd(
-        "init-model --config " + shell_quote((dir_ / "moe.json").string()) + " --tokenizer " +
-        shell_quote(testing::tokenizer_dir("qwen3").string()) + " --out " +
-        shell_quote((dir_ / "model").string()) + " --seed 7 --dtype float32"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // Qwen3-MoE: E = 8 experts, K = 2 per token, layer 1 dense (mlp_only_layers).
+    testing::init_model(dir_, "model",
+                        testing::tiny_model_config(testing::TinyFamily::kQwen3Moe, kTinyOverrides),
+                        testing::tokenizer_dir("qwen3"));
   }
   static fs::path dir_;
 };

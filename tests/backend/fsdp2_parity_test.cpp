@@ -45,6 +45,7 @@
 
 #include "backend/checkpoint.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "common/train_test_util.h"
 #include "core/files.h"
@@ -85,16 +86,7 @@ struct StepValues {
 
 // Qwen3-MoE: E = 8 experts, K = 2 per token, expert width 16; layer 1 dense (mlp_only_layers).
 Json tiny_moe_config() {
-  auto c = tiny_config(false);
-  c["architectures"] = {"Qwen3MoeForCausalLM"};
-  c["model_type"] = "qwen3_moe";
-  c["num_hidden_layers"] = 3;
-  c["num_experts"] = 8;
-  c["num_experts_per_tok"] = 2;
-  c["moe_intermediate_size"] = 16;
-  c["norm_topk_prob"] = true;
-  c["mlp_only_layers"] = {1};
-  return c;
+  return furlong::testing::as_qwen3_moe(tiny_config(false), {{"moe_intermediate_size", 16}});
 }
 
 class Fsdp2Parity : public ::testing::Test {

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/arith_task.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/train_test_util.h"
 #include "core/files.h"
 #include "models/hf_model.h"
@@ -23,41 +25,32 @@ namespace {
 
 namespace fs = std::filesystem;
 using furlong::testing::binary_dir;
-using furlong::testing::furlong_binary;
-using furlong::testing::run_command;
-using furlong::testing::shell_quote;
-using furlong::testing::source_dir;
 
 struct Fixture {
   fs::path root, model, perturbed, other, dense;
 };
 
+// The tiny Qwen3-MoE of the arithmetic tokenizer: hidden 32, 8 experts of width 16, 2 per
+// token, layer 1 dense.
 Json moe_config() {
-  return Json::parse(R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-    "vocab_size": 32, "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-    "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true,
-    "decoder_sparse_step": 1, "mlp_only_layers": [1], "max_position_embeddings": 64,
-    "rope_theta": 10000.0, "tie_word_embeddings": false, "eos_token_id": 17,
-    "initializer_range": 0.2})");
+  return furlong::testing::as_qwen3_moe(furlong::testing::arith_qwen3_config(),
+                                        {{"hidden_size", 32},
+                                         {"intermediate_size", 48},
+                                         {"moe_intermediate_size", 16},
+                                         {"head_dim", 8},
+                                         {"decoder_sparse_step", 1},
+                                         {"tie_word_embeddings", false},
+                                         {"initializer_range", 0.2}});
 }
 
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    x.root = binary_dir() / "tests" / "train" / ("moe_fixture." + std::to_string(::getpid()));
-    fs::remove_all(x.root);
-    fs::create_directories(x.root);
-    x.model = x.root / "model";
+    x.root = furlong::testing::fresh_process_dir("train", "moe_fixture");
+    x.model = furlong::testing::init_tiny_model(x.root, "model", 3, "float32", moe_config());
     x.perturbed = x.root / "perturbed";
     x.dense = x.root / "dense";
     x.other = x.root / "other";
-    write_file_atomic(x.root / "config.json", moe_config().dump());
-    auto r = run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                         shell_quote((x.root / "config.json").string()) + " --tokenizer " +
-                         shell_quote((source_dir() / "examples/tokenizers/arith").string()) +
-                         " --out " + shell_quote(x.model.string()) + " --seed 3 --dtype float32");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
     // Routers perturbed by 20% of their spread: small enough that most tokens keep their
     // experts, large enough that some flip (the replay test asserts both).
     auto model = models::load_hf_model(x.model);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/files.h"
 #include "dist/launcher.h"
 #include "io/safetensors.h"
@@ -15,18 +16,14 @@
 namespace furlong::train::testing {
 
 Json tiny_config(bool tied) {
-  return Json{{"architectures", {"Qwen3ForCausalLM"}},
-              {"model_type", "qwen3"},
-              {"vocab_size", 61},
-              {"hidden_size", 24},
-              {"intermediate_size", 40},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"head_dim", 6},
-              {"max_position_embeddings", 256},
-              {"tie_word_embeddings", tied},
-              {"initializer_range", 0.2}};
+  return furlong::testing::tiny_model_config(furlong::testing::TinyFamily::kQwen3,
+                                             {{"vocab_size", 61},
+                                              {"hidden_size", 24},
+                                              {"intermediate_size", 40},
+                                              {"head_dim", 6},
+                                              {"max_position_embeddings", 256},
+                                              {"tie_word_embeddings", tied},
+                                              {"initializer_range", 0.2}});
 }
 
 void write_model(const std::filesystem::path& dir, const Json& config, c10::ScalarType dtype,

@@ -31,7 +31,7 @@ std::string skip_reason() {
 }
 
 Json tiny_config() {
-  return Json::parse(furlong::testing::tiny_qwen3_config_json());
+  return furlong::testing::arith_qwen3_config();
 }
 
 fs::path write_tiny_model(const std::string& name, uint64_t seed, const std::string& dtype) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -345,45 +346,19 @@ void run_disaggregated(const TwoHosts& hosts, const std::vector<std::string>& ex
                             shell_quote(furlong_binary().string()) + " serve --hf-checkpoint " +
                             shell_quote(f.model.string()) + " --host " + hosts.addr_b() +
                             " --port " + std::to_string(port) + " --num-threads 1";
-  std::vector<std::string> flags = {"--hf-checkpoint",
-                                    f.model.string(),
-                                    "--prompt-data",
-                                    f.prompts.string(),
-                                    "--input-key",
-                                    "input",
-                                    "--label-key",
-                                    "label",
-                                    "--rm-type",
-                                    "exact_match",
-                                    "--rollout-skip-special-tokens",
-                                    "--rollout-batch-size",
-                                    "4",
-                                    "--n-samples-per-prompt",
-                                    "4",
-                                    "--global-batch-size",
-                                    "16",
-                                    "--num-rollout",
-                                    "3",
-                                    "--rollout-max-response-len",
-                                    "2",
-                                    "--advantage-estimator",
-                                    "grpo",
-                                    "--lr",
-                                    "1e-2",
-                                    "--compute-dtype",
-                                    "float32",
-                                    "--micro-batch-size",
-                                    "16",
-                                    "--num-threads",
-                                    "1",
-                                    "--rollout-engine-urls",
-                                    engine_url,
-                                    "--check-weight-update-equal",
-                                    "--engine-startup-timeout",
-                                    "60",
-                                    "--metrics-file",
-                                    (dir / "metrics.jsonl").string()};
-  flags.insert(flags.end(), extra.begin(), extra.end());
+  // The threshold task's run, 3 rollouts of 4 prompts x 4 samples, unshuffled, against the
+  // server on host b.
+  const auto flags =
+      threshold_grpo_flags(f.model, f.prompts, 3)
+          .drop("--rollout-shuffle")
+          .set("--rollout-batch-size", "4")
+          .set("--n-samples-per-prompt", "4")
+          .set("--global-batch-size", "16")
+          .add(tiny_trainer_flags().drop("--adam-beta2").drop("--engine-num-threads"))
+          .add({"--rollout-engine-urls", engine_url, "--check-weight-update-equal",
+                "--engine-startup-timeout", "60", "--metrics-file",
+                (dir / "metrics.jsonl").string()})
+          .add(extra);
   // The trainer ends the server once it is done: kill whatever serves on host b.
   const std::string train = hosts.on(hosts.ns_a(), 80) + kClean +
                             shell_quote(furlong_binary().string()) + " train " +

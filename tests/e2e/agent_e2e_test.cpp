@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/json_util.h"
 #include "rollout/env_client.h"
 
@@ -65,13 +67,6 @@ class CalculatorEnvProcess {
   int port_ = 0;
 };
 
-std::string tiny_agent_config_json() {
-  // The tiny Qwen3 of the other e2e tests, ending turns on <|im_end|> (id 19).
-  std::string config = tiny_qwen3_config_json();
-  config.replace(config.find("\"eos_token_id\": 17"), 18, "\"eos_token_id\": 19");
-  return config;
-}
-
 std::vector<Json> read_rows(const fs::path& file) {
   std::vector<Json> rows;
   std::ifstream in(file);
@@ -88,16 +83,13 @@ double value(const Json& row, const std::string& key) {
 
 TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
   const auto dir = scratch_dir();
-  // The model directory gets the tokenizer and chat template of examples/agent_env.
-  const auto config = dir / "model.config.json";
-  std::ofstream(config) << tiny_agent_config_json();
-  const auto model = dir / "model";
-  auto init =
-      run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                  shell_quote(config.string()) + " --tokenizer " +
-                  shell_quote((source_dir() / "examples/agent_env/tokenizer").string()) +
-                  " --out " + shell_quote(model.string()) + " --seed 7 --dtype float32 2>&1");
-  ASSERT_EQ(init.exit_code, 0) << init.output;
+  // The tiny Qwen3 of the other e2e tests, ending turns on <|im_end|> (id 19); the model
+  // directory gets the tokenizer and chat template of examples/agent_env.
+  auto config = arith_qwen3_config();
+  config["eos_token_id"] = 19;
+  const auto model =
+      init_model(dir, "model", config, source_dir() / "examples/agent_env/tokenizer");
+  ASSERT_FALSE(HasFailure());
   // 64 prompts "a*b=" with two-digit factors; the label is the product.
   const auto prompts = dir / "prompts.jsonl";
   {
@@ -115,19 +107,19 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
   CalculatorEnvProcess env(dir);
   ASSERT_GT(env.port(), 0) << "the calculator env did not start";
   const int num_rollout = 16;
-  std::vector<std::string> args = {
-      furlong_binary().string(), "train", "--hf-checkpoint", model.string(), "--prompt-data",
-      prompts.string(), "--input-key", "input", "--label-key", "label", "--apply-chat-template",
-      "--agent-env-url", env.url(), "--agent-max-turns", "2", "--agent-max-episode-tokens", "40",
-      // Turns of at most 12 tokens, ending at <|im_end|> or at the call's closing token (21).
-      "--rollout-max-response-len", "12", "--rollout-stop-token-ids", "21", "--rollout-shuffle",
-      "--rollout-batch-size", "8", "--n-samples-per-prompt", "8", "--global-batch-size", "64",
-      "--num-rollout", std::to_string(num_rollout), "--rollout-temperature", "1.0",
-      "--advantage-estimator", "grpo", "--lr", "1e-2", "--adam-beta2", "0.99", "--compute-dtype",
-      "float32", "--micro-batch-size", "16", "--metrics-file", (dir / "metrics.jsonl").string(),
-      "--num-threads", "1", "--engine-num-threads", "1", "--colocate"};
-  std::string cmd;
-  for (const auto& a : args) cmd += shell_quote(a) + " ";
+  // The threshold task's run, graded by the env instead of a reward type: turns of at most 12
+  // tokens, ending at <|im_end|> or at the call's closing token (21).
+  const auto flags = threshold_grpo_flags(model, prompts, num_rollout)
+                         .drop("--rm-type")
+                         .drop("--rollout-skip-special-tokens")
+                         .set("--rollout-max-response-len", "12")
+                         .add({"--apply-chat-template", "--agent-env-url", env.url(),
+                               "--agent-max-turns", "2", "--agent-max-episode-tokens", "40",
+                               "--rollout-stop-token-ids", "21", "--rollout-temperature", "1.0"})
+                         .add(tiny_trainer_flags())
+                         .add({"--metrics-file", (dir / "metrics.jsonl").string(), "--colocate"});
+  std::string cmd = shell_quote(furlong_binary().string()) + " train";
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   auto r = run_command(cmd + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto rows = read_rows(dir / "metrics.jsonl");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -57,39 +58,19 @@ const Fixture& fixture() {
 std::vector<Json> train_on_two_ranks(const fs::path& dir, const std::vector<std::string>& extra) {
   const auto& f = fixture();
   fs::create_directories(dir);
-  auto flags = threshold_grpo_flags(f.model, f.data, kRollouts);
   // Responses of up to 8 tokens (the task's are 2), so generation takes a share of the step
-  // that overlapping can hide.
-  auto len = std::find(flags.begin(), flags.end(), "--rollout-max-response-len");
-  EXPECT_NE(len, flags.end());
-  if (len != flags.end()) *std::next(len) = "8";
-  flags.insert(flags.end(), {"--rollout-temperature",
-                             "1.0",
-                             "--advantage-estimator",
-                             "grpo",
-                             "--lr",
-                             "1e-2",
-                             "--adam-beta2",
-                             "0.99",
-                             "--compute-dtype",
-                             "float32",
-                             "--micro-batch-size",
-                             "16",
-                             "--metrics-file",
-                             (dir / "metrics.jsonl").string(),
-                             "--num-threads",
-                             "1",
-                             "--engine-num-threads",
-                             "1",
-                             "--rollout-num-engines",
-                             "1"});
-  // TIS corrects the one-step-stale rollout log-probs against the trainer's (miles requires an
-  // off-policy correction for train_async.py).
-  flags.push_back("--use-tis");
-  flags.insert(flags.end(), extra.begin(), extra.end());
+  // that overlapping can hide. TIS corrects the one-step-stale rollout log-probs against the
+  // trainer's (miles requires an off-policy correction for train_async.py).
+  const auto flags = threshold_grpo_flags(f.model, f.data, kRollouts)
+                         .set("--rollout-max-response-len", "8")
+                         .add({"--rollout-temperature", "1.0"})
+                         .add(tiny_trainer_flags())
+                         .add({"--metrics-file", (dir / "metrics.jsonl").string(),
+                               "--rollout-num-engines", "1", "--use-tis"})
+                         .add(extra);
   std::string cmd = shell_quote(furlong_binary().string()) + " launch --nproc-per-node 2 -- " +
                     shell_quote(furlong_binary().string()) + " train";
-  for (const auto& a : flags) cmd += " " + shell_quote(a);
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   auto r = run_command(cmd + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<Json> rows;
@@ -190,7 +171,7 @@ TEST(AsyncEndToEnd, ColocatedEnginesAreRefusedClearly) {
   const auto& f = fixture();
   auto flags = threshold_grpo_flags(f.model, f.data, 1);
   std::string cmd = shell_quote(furlong_binary().string()) + " train";
-  for (const auto& a : flags) cmd += " " + shell_quote(a);
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   auto r = run_command(cmd + " --train-async --colocate 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--train-async"), std::string::npos) << r.output;

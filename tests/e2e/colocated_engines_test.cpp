@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -69,21 +70,18 @@ Run run_train(int nproc, const std::vector<std::string>& extra) {
     cmd += " launch --nproc-per-node " + std::to_string(nproc) + " -- " +
            shell_quote(furlong_binary().string());
   }
-  std::vector<std::string> flags = {
-      "train", "--hf-checkpoint", f.model.string(), "--prompt-data", f.data.string(), "--input-key",
-      "input", "--label-key", "label", "--rm-type", "exact_match", "--rollout-skip-special-tokens",
-      "--rollout-shuffle", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
-      "--global-batch-size", "64", "--num-rollout", std::to_string(kRollouts),
-      "--rollout-max-response-len", "2", "--advantage-estimator", "grpo", "--lr", "1e-2",
-      "--adam-beta2", "0.99", "--compute-dtype", "float32", "--micro-batch-size", "16",
-      "--num-threads", "1", "--engine-num-threads", "1", "--colocate",
-      "--check-weight-update-equal", "--update-weight-buffer-size", "65536",
-      // Eval at the start and after rollouts 1 and 3: the eval rounds are split too.
-      "--eval-interval", "2", "--eval-prompt-data", f.data.string(), "--n-samples-per-eval-prompt",
-      "2", "--metrics-file", (run.dir / "metrics.jsonl").string(), "--save-debug-rollout-data",
-      (run.dir / "rollout_{rollout_id}.json").string()};
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  for (const auto& a : flags) cmd += " " + shell_quote(a);
+  const auto flags =
+      threshold_grpo_flags(f.model, f.data, kRollouts)
+          .add(tiny_trainer_flags())
+          .add({"--colocate", "--check-weight-update-equal", "--update-weight-buffer-size", "65536",
+                // Eval at the start and after rollouts 1 and 3: the eval rounds are split too.
+                "--eval-interval", "2", "--eval-prompt-data", f.data.string(),
+                "--n-samples-per-eval-prompt", "2", "--metrics-file",
+                (run.dir / "metrics.jsonl").string(), "--save-debug-rollout-data",
+                (run.dir / "rollout_{rollout_id}.json").string()})
+          .add(extra);
+  cmd += " train";
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   run.result = run_command(cmd + " 2>&1");
   return run;
 }

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/json_util.h"
 
 namespace furlong::testing {
@@ -34,13 +36,10 @@ namespace fs = std::filesystem;
 
 constexpr int kRollouts = 16;
 
-std::string tiny_moe_config_json() {
-  return R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-    "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true,
-    "max_position_embeddings": 64, "rope_theta": 10000.0, "tie_word_embeddings": true,
-    "eos_token_id": 17})";
+// The tiny Qwen3 of the other e2e tests with 8 experts of width 32, 2 per token, in both layers.
+Json tiny_moe_config() {
+  return as_qwen3_moe(arith_qwen3_config(),
+                      {{"num_hidden_layers", 2}, {"mlp_only_layers", nullptr}});
 }
 
 struct Fixture {
@@ -51,7 +50,7 @@ const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
     x.root = fresh_process_dir("e2e", "r3");
-    x.model = init_tiny_model(x.root, "moe", 7, "float32", tiny_moe_config_json());
+    x.model = init_tiny_model(x.root, "moe", 7, "float32", tiny_moe_config());
     x.data = x.root / "prompts.jsonl";
     write_arith_rows(x.data, threshold_row);
     return x;
@@ -68,32 +67,14 @@ TEST(R3EndToEnd, ColocatedGrpoWithRolloutRoutingReplay) {
   const auto& f = fixture();
   const auto dir = f.root / "run";
   fs::create_directories(dir);
-  std::vector<std::string> flags = {"train"};
-  auto task = threshold_grpo_flags(f.model, f.data, kRollouts);
-  flags.insert(flags.end(), task.begin(), task.end());
-  flags.insert(flags.end(), {"--advantage-estimator",
-                             "grpo",
-                             "--lr",
-                             "1e-2",
-                             "--adam-beta2",
-                             "0.99",
-                             "--compute-dtype",
-                             "float32",
-                             "--micro-batch-size",
-                             "16",
-                             "--num-threads",
-                             "1",
-                             "--engine-num-threads",
-                             "1",
-                             "--colocate",
-                             "--use-rollout-routing-replay",
-                             "--ci-test",
-                             "--gradient-checkpointing",
-                             "--metrics-file",
-                             (dir / "metrics.jsonl").string()});
+  const auto flags =
+      threshold_grpo_flags(f.model, f.data, kRollouts)
+          .add(tiny_trainer_flags())
+          .add({"--colocate", "--use-rollout-routing-replay", "--ci-test",
+                "--gradient-checkpointing", "--metrics-file", (dir / "metrics.jsonl").string()});
   std::string cmd = shell_quote(furlong_binary().string()) + " launch --nproc-per-node 2 -- " +
-                    shell_quote(furlong_binary().string());
-  for (const auto& a : flags) cmd += " " + shell_quote(a);
+                    shell_quote(furlong_binary().string()) + " train";
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   auto r = run_command(cmd + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<Json> rows;

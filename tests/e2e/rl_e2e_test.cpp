@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
 #include "core/json_util.h"
 
@@ -47,13 +48,10 @@ const Fixture& fixture() {
 
 std::vector<std::string> grpo_flags(const fs::path& dir, int num_rollout) {
   const auto& f = fixture();
-  auto flags = threshold_grpo_flags(f.model, f.data, num_rollout);
-  flags.insert(flags.end(),
-               {"--rollout-temperature", "1.0", "--advantage-estimator", "grpo", "--lr", "1e-2",
-                "--adam-beta2", "0.99", "--compute-dtype", "float32", "--micro-batch-size", "16",
-                "--metrics-file", (dir / "metrics.jsonl").string(), "--num-threads", "1",
-                "--engine-num-threads", "1"});
-  return flags;
+  return threshold_grpo_flags(f.model, f.data, num_rollout)
+      .add({"--rollout-temperature", "1.0"})
+      .add(tiny_trainer_flags())
+      .add({"--metrics-file", (dir / "metrics.jsonl").string()});
 }
 
 std::string command_line(const std::vector<std::string>& args) {
@@ -286,10 +284,8 @@ TEST(RlEndToEnd, NonFiniteWeightsAreNeverSyncedToTheEngine) {
   auto made = run_command(shell_quote(python().string()) + " -c " + shell_quote(poison) + " " +
                           shell_quote((model / "model.safetensors").string()) + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  auto flags = grpo_flags(dir, 2);
-  for (size_t i = 0; i + 1 < flags.size(); ++i) {
-    if (flags[i] == "--hf-checkpoint") flags[i + 1] = model.string();
-  }
+  std::vector<std::string> flags =
+      TrainFlags(grpo_flags(dir, 2)).set("--hf-checkpoint", model.string());
   flags.insert(flags.end(), {"--colocate", "--check-weight-update-equal"});
   auto r = run_train(flags);
   EXPECT_NE(r.exit_code, 0) << r.output;
@@ -301,11 +297,7 @@ TEST(RlEndToEnd, NonFiniteWeightsAreNeverSyncedToTheEngine) {
 
 TEST(RlEndToEnd, DeadRewardServerIsAClearErrorNotAHang) {
   auto dir = scratch_dir();
-  auto flags = grpo_flags(dir, 2);
-  for (size_t i = 0; i + 1 < flags.size(); ++i) {
-    if (flags[i] == "--rm-type")
-      flags.erase(flags.begin() + static_cast<long>(i), flags.begin() + static_cast<long>(i) + 2);
-  }
+  std::vector<std::string> flags = TrainFlags(grpo_flags(dir, 2)).drop("--rm-type");
   flags.insert(flags.end(), {"--colocate", "--rm-url", "http://127.0.0.1:9/reward",
                              "--rm-timeout-seconds", "1", "--rm-max-retries", "1"});
   auto r = run_train(flags);
@@ -366,13 +358,8 @@ TEST(RlEndToEnd, YamlConfigAppliesAndUnknownKeysAreRejected) {
     yaml << "num-rollout: 2\nrollout_batch_size: 4\nglobal-batch-size: 32\ncolocate: true\n";
   }
   // The file applies; the command line beats it (--num-rollout 3 from grpo_flags' 3).
-  auto flags = grpo_flags(dir, 3);
-  for (size_t i = 0; i + 1 < flags.size(); ++i) {
-    if (flags[i] == "--rollout-batch-size" || flags[i] == "--global-batch-size") {
-      flags.erase(flags.begin() + static_cast<long>(i), flags.begin() + static_cast<long>(i) + 2);
-      --i;
-    }
-  }
+  std::vector<std::string> flags =
+      TrainFlags(grpo_flags(dir, 3)).drop("--rollout-batch-size").drop("--global-batch-size");
   flags.insert(flags.end(), {"--config", (dir / "run.yaml").string()});
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -399,12 +386,9 @@ TEST(RlEndToEnd, YamlConfigAppliesAndUnknownKeysAreRejected) {
 // rounded to bf16, and --check-weight-update-equal holds on every sync (it compared the
 // engine's bf16 digest with the fp32 bytes sent, and failed, before the trainer sent bf16).
 std::vector<std::string> bf16_compute_flags(const fs::path& dir, int rollouts) {
-  auto flags = grpo_flags(dir, rollouts);
-  for (size_t i = 0; i + 1 < flags.size(); ++i) {
-    if (flags[i] == "--compute-dtype") flags[i + 1] = "bfloat16";
-  }
-  flags.push_back("--check-weight-update-equal");
-  return flags;
+  return TrainFlags(grpo_flags(dir, rollouts))
+      .set("--compute-dtype", "bfloat16")
+      .add({"--check-weight-update-equal"});
 }
 
 TEST(RlEndToEnd, Bf16ComputeOnAnFp32CheckpointSyncsTheEnginesBitExactly) {

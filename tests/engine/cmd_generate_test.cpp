@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/files.h"
 #include "core/json_util.h"
 #include "core/jsonl.h"
@@ -25,24 +26,14 @@ using testing::shell_quote;
 class GenerateCommand : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = new fs::path(testing::scratch_dir() / "model");
-    auto cfg = testing::scratch_dir() / "config.json";
-    write_file_atomic(cfg, Json{{"model_type", "qwen3"},
-                                {"architectures", {"Qwen3ForCausalLM"}},
-                                {"hidden_size", 32},
-                                {"intermediate_size", 64},
-                                {"num_hidden_layers", 2},
-                                {"num_attention_heads", 4},
-                                {"num_key_value_heads", 2},
-                                {"head_dim", 8},
-                                {"max_position_embeddings", 256},
-                                {"tie_word_embeddings", true}}
-                               .dump());
-    auto r = run_command(shell_quote(furlong_binary().string()) + " init-model --config " +
-                         shell_quote(cfg.string()) + " --tokenizer " +
-                         shell_quote(testing::tokenizer_dir("qwen3").string()) + " --out " +
-                         shell_quote(model_->string()) + " --dtype float32 2>&1");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto config =
+        testing::tiny_model_config(testing::TinyFamily::kQwen3, {{"hidden_size", 32},
+                                                                 {"intermediate_size", 64},
+                                                                 {"head_dim", 8},
+                                                                 {"max_position_embeddings", 256}});
+    // Seed 1234: init-model's default.
+    model_ = new fs::path(testing::init_model(testing::scratch_dir(), "model", config,
+                                              testing::tokenizer_dir("qwen3"), 1234));
   }
   static void TearDownTestSuite() { delete model_; }
 

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "data/prompt_dataset.h"
@@ -58,17 +59,12 @@ constexpr double kKMax = 96;
 
 Json moe_config(bool norm_topk, int64_t sparse_step, std::vector<int64_t> mlp_only,
                 int64_t layers) {
-  Json c = tiny_config("qwen3");
-  c["model_type"] = "qwen3_moe";
-  c["architectures"] = {"Qwen3MoeForCausalLM"};
-  c["num_hidden_layers"] = layers;
-  c["num_experts"] = kExperts;
-  c["num_experts_per_tok"] = kTopK;
-  c["moe_intermediate_size"] = 32;
-  c["norm_topk_prob"] = norm_topk;
-  c["decoder_sparse_step"] = sparse_step;
-  c["mlp_only_layers"] = mlp_only;
-  return c;
+  return furlong::testing::as_qwen3_moe(tiny_config("qwen3"), {{"num_hidden_layers", layers},
+                                                               {"num_experts", kExperts},
+                                                               {"num_experts_per_tok", kTopK},
+                                                               {"norm_topk_prob", norm_topk},
+                                                               {"decoder_sparse_step", sparse_step},
+                                                               {"mlp_only_layers", mlp_only}});
 }
 
 struct MoeCase {

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/dtype.h"
 #include "models/hf_model.h"
 #include "models/registry.h"
@@ -14,17 +15,15 @@ namespace furlong::engine::testing {
 namespace fs = std::filesystem;
 
 Json tiny_config(const std::string& model_type, int64_t vocab_size) {
-  std::string arch = model_type == "qwen3"   ? "Qwen3ForCausalLM"
-                     : model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                             : "LlamaForCausalLM";
-  Json c{{"model_type", model_type},       {"architectures", {arch}},
-         {"vocab_size", vocab_size},       {"hidden_size", 64},
-         {"intermediate_size", 96},        {"num_hidden_layers", 2},
-         {"num_attention_heads", 4},       {"num_key_value_heads", 2},
-         {"max_position_embeddings", 512}, {"tie_word_embeddings", model_type == "qwen2"},
-         {"initializer_range", 0.1},       {"rms_norm_eps", 1e-6}};
-  if (model_type == "qwen3") c["head_dim"] = 24;
-  return c;
+  using furlong::testing::TinyFamily;
+  const auto family = model_type == "qwen3"   ? TinyFamily::kQwen3
+                      : model_type == "qwen2" ? TinyFamily::kQwen2
+                                              : TinyFamily::kLlama;
+  Json overrides{{"vocab_size", vocab_size},       {"intermediate_size", 96},
+                 {"max_position_embeddings", 512}, {"tie_word_embeddings", model_type == "qwen2"},
+                 {"initializer_range", 0.1},       {"rms_norm_eps", 1e-6}};
+  if (model_type == "qwen3") overrides["head_dim"] = 24;
+  return furlong::testing::tiny_model_config(family, overrides);
 }
 
 void write_tiny_model(const fs::path& dir, const Json& config, uint64_t seed,

@@ -52,6 +52,7 @@
 #include <random>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "io/safetensors.h"
@@ -72,29 +73,24 @@ struct Case {
   bool grads = false;
 };
 
-Json tiny_config(const std::string& model_type, const std::string& arch, int kv_heads, bool tied) {
-  return Json{{"model_type", model_type},
-              {"architectures", {arch}},
-              {"vocab_size", 97},
-              {"hidden_size", 64},
-              {"intermediate_size", 96},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", kv_heads},
-              {"max_position_embeddings", 256},
-              {"tie_word_embeddings", tied},
-              {"initializer_range", 0.1},
-              {"rms_norm_eps", 1e-6}};
+Json tiny_config(testing::TinyFamily family, int kv_heads, bool tied) {
+  return testing::tiny_model_config(family, {{"vocab_size", 97},
+                                             {"intermediate_size", 96},
+                                             {"num_key_value_heads", kv_heads},
+                                             {"max_position_embeddings", 256},
+                                             {"tie_word_embeddings", tied},
+                                             {"initializer_range", 0.1},
+                                             {"rms_norm_eps", 1e-6}});
 }
 
 std::vector<Case> all_cases() {
   auto qwen3 = [](int kv, bool tied) {
-    auto c = tiny_config("qwen3", "Qwen3ForCausalLM", kv, tied);
+    auto c = tiny_config(testing::TinyFamily::kQwen3, kv, tied);
     c["head_dim"] = 24;  // N * H != D on purpose
     return c;
   };
-  auto qwen2 = [](int kv, bool tied) { return tiny_config("qwen2", "Qwen2ForCausalLM", kv, tied); };
-  auto llama = [](int kv, bool tied) { return tiny_config("llama", "LlamaForCausalLM", kv, tied); };
+  auto qwen2 = [](int kv, bool tied) { return tiny_config(testing::TinyFamily::kQwen2, kv, tied); };
+  auto llama = [](int kv, bool tied) { return tiny_config(testing::TinyFamily::kLlama, kv, tied); };
   auto llama3_rope = [&](int kv, bool tied) {
     auto c = llama(kv, tied);
     c["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
@@ -117,17 +113,10 @@ std::vector<Case> all_cases() {
   };
   // Qwen3-MoE: E = 8, K = 2; router weights perturbed by the oracle (std 0.3) so routing varies.
   auto qwen3_moe = [&](bool norm_topk, int step, std::vector<int64_t> mlp_only, int layers) {
-    auto c = qwen3(2, false);
-    c["model_type"] = "qwen3_moe";
-    c["architectures"] = {"Qwen3MoeForCausalLM"};
-    c["num_hidden_layers"] = layers;
-    c["num_experts"] = 8;
-    c["num_experts_per_tok"] = 2;
-    c["moe_intermediate_size"] = 32;
-    c["norm_topk_prob"] = norm_topk;
-    c["decoder_sparse_step"] = step;
-    c["mlp_only_layers"] = mlp_only;
-    return c;
+    return testing::as_qwen3_moe(qwen3(2, false), {{"num_hidden_layers", layers},
+                                                   {"norm_topk_prob", norm_topk},
+                                                   {"decoder_sparse_step", step},
+                                                   {"mlp_only_layers", mlp_only}});
   };
   return {
       {"qwen3_moe_norm_topk", qwen3_moe(true, 1, {1}, 3), "float32", "sdpa", 16, true},

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "models/hf_model.h"
@@ -19,11 +20,18 @@
 namespace furlong::models {
 namespace {
 
-Json small_config(const std::string& arch = "Qwen3ForCausalLM") {
-  return Json{{"architectures", {arch}},  {"vocab_size", 50},       {"hidden_size", 32},
-              {"intermediate_size", 48},  {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"head_dim", 8},          {"max_position_embeddings", 64},
-              {"initializer_range", 0.2}};
+using testing::TinyFamily;
+
+// The architecture alone names the model (no model_type); tie_word_embeddings is left to its
+// default.
+Json small_config(TinyFamily family = TinyFamily::kQwen3) {
+  return testing::tiny_model_config(family, {{"model_type", nullptr},
+                                             {"vocab_size", 50},
+                                             {"hidden_size", 32},
+                                             {"intermediate_size", 48},
+                                             {"head_dim", 8},
+                                             {"tie_word_embeddings", nullptr},
+                                             {"initializer_range", 0.2}});
 }
 
 using testing::error_of;
@@ -36,8 +44,8 @@ std::unique_ptr<CausalLM> random_model(const Json& cfg, uint64_t seed = 0) {
 }
 
 TEST(Models, ConstructOnMetaDeviceAllocatesNothing) {
-  for (const auto& arch : {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"}) {
-    auto model = create_model(small_config(arch), "cfg");
+  for (auto family : {TinyFamily::kQwen3, TinyFamily::kQwen2, TinyFamily::kLlama}) {
+    auto model = create_model(small_config(family), "cfg");
     EXPECT_FALSE(model->materialized());
     model->materialize(at::TensorOptions().device(at::kMeta).dtype(at::kBFloat16));
     for (const auto& [name, t] : model->named_weights()) {
@@ -50,15 +58,12 @@ TEST(Models, ConstructOnMetaDeviceAllocatesNothing) {
 // Qwen3-MoE: decoder_sparse_step and mlp_only_layers decide which blocks are sparse; a sparse
 // block's unit holds the router and every expert's three projections under HF's on-disk names.
 TEST(Models, MoeLayersAndTheirPerExpertParameters) {
-  auto cfg = small_config("Qwen3ForCausalLM");
-  cfg["architectures"] = {"Qwen3MoeForCausalLM"};
-  cfg["model_type"] = "qwen3_moe";
-  cfg["num_hidden_layers"] = 4;
-  cfg["num_experts"] = 3;
-  cfg["num_experts_per_tok"] = 2;
-  cfg["moe_intermediate_size"] = 5;
-  cfg["decoder_sparse_step"] = 2;
-  cfg["mlp_only_layers"] = {3};
+  auto cfg = testing::as_qwen3_moe(small_config(), {{"num_hidden_layers", 4},
+                                                    {"num_experts", 3},
+                                                    {"moe_intermediate_size", 5},
+                                                    {"norm_topk_prob", nullptr},
+                                                    {"decoder_sparse_step", 2},
+                                                    {"mlp_only_layers", {3}}});
   auto model = create_model(cfg, "cfg");
   const auto& c = model->config();
   ASSERT_EQ(model->units().size(), 1u + 4u + 1u);
@@ -88,8 +93,8 @@ TEST(Models, MoeLayersAndTheirPerExpertParameters) {
 }
 
 TEST(Models, ParameterLayoutFollowsArchitecture) {
-  auto qwen3 = create_model(small_config("Qwen3ForCausalLM"), "cfg");
-  auto qwen2 = create_model(small_config("Qwen2ForCausalLM"), "cfg");
+  auto qwen3 = create_model(small_config(TinyFamily::kQwen3), "cfg");
+  auto qwen2 = create_model(small_config(TinyFamily::kQwen2), "cfg");
   auto names = [](const CausalLM& m) {
     std::set<std::string> out;
     for (const auto& u : m.units())
@@ -167,14 +172,14 @@ TEST(Models, SpecialTokenFieldsMustBeTokenIds) {
 }
 
 TEST(Models, OldAndNewRopeSpellingsAgree) {
-  auto old_style = small_config("LlamaForCausalLM");
+  auto old_style = small_config(TinyFamily::kLlama);
   old_style["rope_theta"] = 500000.0;
   old_style["rope_scaling"] = {{"type", "llama3"},
                                {"factor", 8.0},
                                {"low_freq_factor", 1.0},
                                {"high_freq_factor", 4.0},
                                {"original_max_position_embeddings", 16}};
-  auto new_style = small_config("LlamaForCausalLM");
+  auto new_style = small_config(TinyFamily::kLlama);
   new_style["rope_parameters"] = {
       {"rope_type", "llama3"},   {"rope_theta", 500000.0},
       {"factor", 8.0},           {"low_freq_factor", 1.0},
@@ -184,7 +189,7 @@ TEST(Models, OldAndNewRopeSpellingsAgree) {
   auto ra = RotaryEmbedding::create(a), rb = RotaryEmbedding::create(b);
   EXPECT_TRUE(at::equal(ra.inv_freq, rb.inv_freq));
   auto plain =
-      RotaryEmbedding::create(create_model(small_config("LlamaForCausalLM"), "p")->config());
+      RotaryEmbedding::create(create_model(small_config(TinyFamily::kLlama), "p")->config());
   EXPECT_FALSE(at::equal(ra.inv_freq, plain.inv_freq));
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "io/safetensors.h"
@@ -22,23 +23,15 @@ using testing::error_of;
 
 // E = 8 experts, K = 2 per token; layer 1 dense (mlp_only_layers), layers 0 and 2 sparse.
 Json moe_config() {
-  return Json{{"architectures", {"Qwen3MoeForCausalLM"}},
-              {"model_type", "qwen3_moe"},
-              {"vocab_size", 61},
-              {"hidden_size", 32},
-              {"intermediate_size", 48},
-              {"moe_intermediate_size", 16},
-              {"num_experts", 8},
-              {"num_experts_per_tok", 2},
-              {"norm_topk_prob", true},
-              {"mlp_only_layers", {1}},
-              {"num_hidden_layers", 3},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"head_dim", 8},
-              {"max_position_embeddings", 128},
-              {"tie_word_embeddings", false},
-              {"initializer_range", 0.3}};
+  return testing::tiny_model_config(testing::TinyFamily::kQwen3Moe,
+                                    {{"vocab_size", 61},
+                                     {"hidden_size", 32},
+                                     {"intermediate_size", 48},
+                                     {"moe_intermediate_size", 16},
+                                     {"head_dim", 8},
+                                     {"max_position_embeddings", 128},
+                                     {"tie_word_embeddings", false},
+                                     {"initializer_range", 0.3}});
 }
 
 std::unique_ptr<CausalLM> random_moe_model(uint64_t seed = 3) {

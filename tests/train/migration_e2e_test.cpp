@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/arith_task.h"
+#include "common/rl_flags.h"
 #include "common/test_util.h"
 #include "common/train_test_util.h"
 #include "core/files.h"
@@ -51,54 +52,21 @@ const Fixture& fixture() {
   return f;
 }
 
-// 2 rollouts of 4 prompts x 4 samples, 2 optimizer steps of 8 samples per rollout.
-std::vector<std::string> rl_flags(const fs::path& dir) {
+// The threshold task's run, 2 rollouts of 4 prompts x 4 samples, 2 optimizer steps of 8 samples
+// per rollout, in micro-batches of 4, unshuffled, with the default advantage estimator and betas.
+furlong::testing::TrainFlags rl_flags(const fs::path& dir) {
   const auto& f = fixture();
-  return {"--hf-checkpoint",
-          f.model.string(),
-          "--prompt-data",
-          f.data.string(),
-          "--input-key",
-          "input",
-          "--label-key",
-          "label",
-          "--rm-type",
-          "exact_match",
-          "--rollout-skip-special-tokens",
-          "--rollout-batch-size",
-          "4",
-          "--n-samples-per-prompt",
-          "4",
-          "--num-steps-per-rollout",
-          "2",
-          "--num-rollout",
-          "2",
-          "--rollout-max-response-len",
-          "2",
-          "--lr",
-          "1e-2",
-          "--compute-dtype",
-          "float32",
-          "--micro-batch-size",
-          "4",
-          "--metrics-file",
-          (dir / "metrics.jsonl").string(),
-          "--num-threads",
-          "1",
-          "--engine-num-threads",
-          "1",
-          "--colocate"};
-}
-
-// Replaces the value of `--name` in `flags`.
-void set_flag(std::vector<std::string>& flags, const std::string& name, const std::string& value) {
-  for (size_t i = 0; i + 1 < flags.size(); ++i) {
-    if (flags[i] == name) {
-      flags[i + 1] = value;
-      return;
-    }
-  }
-  ADD_FAILURE() << name << " is not among the flags";
+  return furlong::testing::threshold_grpo_flags(f.model, f.data, 2)
+      .drop("--rollout-shuffle")
+      .drop("--global-batch-size")
+      .set("--rollout-batch-size", "4")
+      .set("--n-samples-per-prompt", "4")
+      .add({"--num-steps-per-rollout", "2"})
+      .add(furlong::testing::tiny_trainer_flags()
+               .drop("--advantage-estimator")
+               .drop("--adam-beta2")
+               .set("--micro-batch-size", "4"))
+      .add({"--metrics-file", (dir / "metrics.jsonl").string(), "--colocate"});
 }
 
 furlong::testing::CommandResult run_train(const std::vector<std::string>& flags) {
@@ -142,9 +110,8 @@ TEST(MigrationEndToEnd, StepsLoggedAtTrainStepAndSavedRolloutsReplayBitIdentical
   auto flags = rl_flags(dir);
   const auto tb = dir / "tb";
   const std::string saved = (dir / "rollouts" / "rollout_{rollout_id}.json").string();
-  flags.insert(flags.end(),
-               {"--tensorboard-dir", tb.string(), "--save-debug-rollout-data", saved,
-                "--use-kl-loss", "--kl-loss-coef", "0.0", "--ref-load", fixture().model.string()});
+  flags.add({"--tensorboard-dir", tb.string(), "--save-debug-rollout-data", saved, "--use-kl-loss",
+             "--kl-loss-coef", "0.0", "--ref-load", fixture().model.string()});
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = read_rows(dir / "metrics.jsonl");
@@ -196,9 +163,8 @@ TEST(MigrationEndToEnd, StepsLoggedAtTrainStepAndSavedRolloutsReplayBitIdentical
   auto replay_dir = dir / "replay";
   fs::create_directories(replay_dir);
   auto replay = rl_flags(replay_dir);
-  replay.insert(replay.end(),
-                {"--debug-train-only", "--load-debug-rollout-data", saved, "--use-kl-loss",
-                 "--kl-loss-coef", "0.0", "--ref-load", fixture().model.string()});
+  replay.add({"--debug-train-only", "--load-debug-rollout-data", saved, "--use-kl-loss",
+              "--kl-loss-coef", "0.0", "--ref-load", fixture().model.string()});
   auto r2 = run_train(replay);
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   const auto replayed = read_rows(replay_dir / "metrics.jsonl");
@@ -209,7 +175,7 @@ TEST(MigrationEndToEnd, StepsLoggedAtTrainStepAndSavedRolloutsReplayBitIdentical
 TEST(MigrationEndToEnd, DebugRolloutOnlyGeneratesWithoutTraining) {
   auto dir = scratch_dir();
   auto flags = rl_flags(dir);
-  flags.push_back("--debug-rollout-only");
+  flags.add({"--debug-rollout-only"});
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = read_rows(dir / "metrics.jsonl");
@@ -220,7 +186,7 @@ TEST(MigrationEndToEnd, DebugRolloutOnlyGeneratesWithoutTraining) {
   }
   // Train-only without saved rollouts is refused before anything loads.
   auto bad = rl_flags(dir);
-  bad.push_back("--debug-train-only");
+  bad.add({"--debug-train-only"});
   auto r2 = run_train(bad);
   EXPECT_NE(r2.exit_code, 0);
   EXPECT_NE(r2.output.find("--load-debug-rollout-data"), std::string::npos) << r2.output;
@@ -235,16 +201,15 @@ TEST(MigrationEndToEnd, DebugRolloutOnlyGeneratesWithoutTraining) {
 TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
   auto run = [](const fs::path& dir, bool unbiased) {
     auto flags = rl_flags(dir);
-    flags.insert(flags.end(), {"--use-kl-loss", "--kl-loss-coef", "0.01", "--use-opsm",
-                               "--opsm-delta", "0", "--ref-load", fixture().other_model.string()});
-    if (unbiased) flags.push_back("--use-unbiased-kl");
-    set_flag(flags, "--num-rollout", "1");
+    flags.add({"--use-kl-loss", "--kl-loss-coef", "0.01", "--use-opsm", "--opsm-delta", "0",
+               "--ref-load", fixture().other_model.string()});
+    if (unbiased) flags.add({"--use-unbiased-kl"});
+    flags.set("--num-rollout", "1");
     // 128 samples instead of 16, so that the second step's half (8 groups of 8) holds a group
     // with a spread of rewards (negative advantages for OPSM to mask) whatever the seeded draws
     // are: at the random model's ~5% reward rate a group has a spread with p ~ 1 - 0.95^8 = 0.34,
     // and 8 groups all without one has p ~ 0.66^8 < 4%.
-    set_flag(flags, "--rollout-batch-size", "16");
-    set_flag(flags, "--n-samples-per-prompt", "8");
+    flags.set("--rollout-batch-size", "16").set("--n-samples-per-prompt", "8");
     auto r = run_train(flags);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return rows_with(read_rows(dir / "metrics.jsonl"), "train/step");
@@ -263,7 +228,7 @@ TEST(MigrationEndToEnd, RefLoadOpsmAndUnbiasedKlReachTheLoss) {
   EXPECT_NE(steps[1]["train/kl_loss"].get<double>(), plain[1]["train/kl_loss"].get<double>());
 
   auto bad = rl_flags(dir);
-  bad.insert(bad.end(), {"--use-kl-loss", "--ref-load", (dir / "missing").string()});
+  bad.add({"--use-kl-loss", "--ref-load", (dir / "missing").string()});
   auto r2 = run_train(bad);
   EXPECT_NE(r2.exit_code, 0);
   EXPECT_NE(r2.output.find("--ref-load"), std::string::npos) << r2.output;
@@ -299,9 +264,9 @@ std::string logged_dtype(const std::string& output, const std::string& marker) {
 void expect_engine_matches_trainer(const fs::path& model, const std::string& what) {
   auto dir = scratch_dir();
   auto flags = rl_flags(dir);
-  set_flag(flags, "--hf-checkpoint", model.string());
-  set_flag(flags, "--compute-dtype", "auto");  // the default
-  set_flag(flags, "--num-steps-per-rollout", "1");
+  flags.set("--hf-checkpoint", model.string())
+      .set("--compute-dtype", "auto")  // the default
+      .set("--num-steps-per-rollout", "1");
   auto r = run_train(flags);
   ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
   const auto trainer = logged_dtype(r.output, "trainer compute dtype: ");
