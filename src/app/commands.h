@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/miles_compat.h"
 #include "config/flags.h"
 #include "engine/engine.h"
 #include "train/options.h"
@@ -97,7 +98,7 @@ struct LaunchFlags {
   int64_t master_port = 0;
 };
 
-void register_flags(config::FlagSet& flags, train::TrainOptions& options);
+void register_flags(config::FlagSet& flags, TrainCommandOptions& options);
 // Offload, --ref-load, --balance-data and the RL debug flags (flag_table_migration.cpp).
 void register_migration_flags(config::FlagSet& flags, train::TrainOptions& options);
 // --actor-num-nodes, --actor-num-gpus-per-node, --rollout-master-addr (flag_table_placement.cpp).
