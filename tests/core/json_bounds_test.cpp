@@ -145,7 +145,7 @@ TEST(Strings, ClosestMatchOfAHugeWordIsBoundedAndEchoesAreTruncated) {
   EXPECT_EQ(truncate_for_message(utf8, 80), std::string(76, 'a') + "... (88 bytes)");
 }
 
-// Text from outside that reaches JSON (issue 30): every byte that starts no well-formed UTF-8
+// Text from outside that reaches JSON: every byte that starts no well-formed UTF-8
 // sequence becomes U+FFFD; valid text, multi-byte characters included, is unchanged.
 TEST(Strings, ValidUtf8ReplacesWhatIsNotUtf8) {
   const std::string fffd = "\xEF\xBF\xBD";

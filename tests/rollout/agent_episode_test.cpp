@@ -8,7 +8,7 @@
 //  - an env timeout ends the episode as aborted and removed, the turn limit and the token
 //    budget end it as truncated, and the metrics count all of it;
 //  - a retry that succeeds keeps the episode; an oversized, non-UTF-8 or overflowing answer
-//    ends only its episode, with a counted reason (issue 30).
+//    ends only its episode, with a counted reason.
 #include "rollout/agent_episode.h"
 
 #include <gtest/gtest.h>
@@ -392,8 +392,8 @@ TEST(AgentEpisodes, MalformedCallsTimeoutsAndLimitsEndEpisodesAndAreCounted) {
   EXPECT_DOUBLE_EQ(m["rollout/agent/masked_token_share"], masked / response);
 }
 
-// Issue 30: an env answering 503 once, then 200, lost its episodes (the retry succeeded, and
-// the failed attempt's error still ended the episode as env_error, on /step and on /finish).
+// An env answering 503 once, then 200, keeps its episodes: the retry's success counts, on
+// /step and on /finish, and the failed attempt's error is not kept.
 TEST(AgentEpisodes, ARetryThatSucceedsKeepsTheEpisode) {
   CalculatorEnv env;
   env.flaky = true;
@@ -415,7 +415,7 @@ TEST(AgentEpisodes, ARetryThatSucceedsKeepsTheEpisode) {
   EXPECT_GE(env.seen.size(), 5u);  // every /step and /finish failed once
 }
 
-// Issue 30: an oversized answer ends the episode with its own counted reason, an answer that is
+// An oversized answer ends the episode with its own counted reason, an answer that is
 // not UTF-8 ends it without ending the run (the record dumps as JSON), and a reward that
 // training would turn into inf is refused.
 TEST(AgentEpisodes, OversizedNonUtf8AndOverflowingAnswersEndOnlyTheirEpisode) {

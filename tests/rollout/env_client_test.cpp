@@ -60,8 +60,8 @@ TEST(EnvClient, RetriesServerErrorsThenSucceeds) {
   EXPECT_EQ(reply.attempts, 3);
 }
 
-// Issue 30: the failed attempt's error survived into a successful reply, and the parse of that
-// reply then failed on it (a /step answered 503 once, then 200, ended its episode).
+// A successful retry carries no error of the failed attempt before it (a /step answered 503
+// once, then 200, succeeds).
 TEST(EnvClient, ARetryThatSucceedsKeepsNoErrorOfTheFailedAttempt) {
   ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
     if (server.requests == 1) {
@@ -178,8 +178,8 @@ class DripServer {
   std::thread thread_;
 };
 
-// Issue 30: an env dripping one byte at a time kept a request alive far past the timeout (each
-// read arrived in time). The timeout bounds the whole attempt: status line, headers and body.
+// An env dripping one byte at a time, each read in time, is still bounded: the timeout bounds the
+// whole attempt: status line, headers and body.
 TEST(EnvClient, TheTimeoutBoundsTheWholeAttemptOfADrippingServer) {
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
   const std::string body = R"({"done": true, "reward": 1, "padding": "....................."})";
@@ -206,8 +206,8 @@ TEST(EnvClient, TheTimeoutBoundsTheWholeAttemptOfADrippingServer) {
   }
 }
 
-// Issue 30: an endless chunked answer was read whole (the trainer grew to 16 GB). An answer
-// over the bound, declared or streamed, fails the call at once, without a retry.
+// An answer over the size bound (an endless chunked one too), declared or streamed, fails the call
+// at once, without a retry.
 TEST(EnvClient, AnAnswerOverTheSizeBoundFailsWithoutARetry) {
   constexpr size_t kBound = 1 << 20;
   const auto t0 = std::chrono::steady_clock::now();
@@ -244,8 +244,8 @@ TEST(EnvClient, AnAnswerOverTheSizeBoundFailsWithoutARetry) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
 }
 
-// Issue 30: an env's bytes that are not UTF-8 reached the episode record through the error
-// text, and dumping it (--save-debug-rollout-data) ended the run. Error texts are valid UTF-8.
+// Error texts are valid UTF-8 whatever bytes the env sent, so the episode record dumps as JSON
+// (--save-debug-rollout-data).
 TEST(EnvClient, ErrorTextsAreValidUtf8WhateverTheEnvSent) {
   ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
     res.status = server.requests == 1 ? 500 : 200;
@@ -325,7 +325,7 @@ TEST(EnvReplies, StepAnswersAreChecked) {
       R"({"observation": [{"role": "tool", "content": "x", "extra": 1}], "done": false})",
       R"({"observation": "text", "done": false})",
       R"({"done": true, "reward": "1"})",
-      // Issue 30: 1e308 became raw_reward inf (float32) with zero advantages.
+      // 1e308 would be inf in float32 training.
       R"({"done": true, "reward": 1e308})",
       R"({"done": true, "reward": -2e9})",
       R"({"done": "yes"})",

@@ -51,7 +51,7 @@ std::optional<int> reap_within(pid_t pid, std::chrono::milliseconds limit) {
   return std::nullopt;
 }
 
-// Issue 30: engine servers spawned by `furlong train` outlived a SIGKILLed trainer. A stand-in
+// Engine servers spawned by `furlong train` die with a SIGKILLed trainer. A stand-in
 // trainer (a forked child) starts a stand-in server (sleep) with the engine servers' child
 // options; once the trainer is killed the server must end within a bound. This process is a
 // subreaper meanwhile, so the orphaned server comes back to it to be reaped.
@@ -107,9 +107,8 @@ RolloutConfig trainer_options(const std::string& url, double bound_s) {
   return o;
 }
 
-// Issue 30: after kill -9 the engine still held its trainer's weight group and answered the
-// restarted trainer's /init_weights_update_group with 400; the trainer then failed in the
-// rendezvous. The restarted trainer's sync must replace the group and deliver its weights.
+// An engine still holds the weight group of a trainer killed with -9: the restarted trainer's
+// sync replaces that group and delivers its weights.
 TEST(RemoteEngines, ARestartedTrainerRejoinsAnEngineItsKilledPredecessorJoined) {
   c10::InferenceMode guard;
   std::shared_ptr<engine::Engine> engine =
@@ -203,9 +202,9 @@ class StalledReceiver {
   std::unique_ptr<dist::ProcessGroups> group_;
 };
 
-// Issue 30: a weight broadcast held up by a stopped engine printed nothing for its whole bound.
-// While it waits, a line per report interval (a quarter of the 3 s bound, at least 1 s) says
-// what the sync waits for and which engines answer /health.
+// A weight broadcast held up by a stopped engine says so: while it waits, a line per report
+// interval (a quarter of the 3 s bound, at least 1 s) says what the sync waits for and which
+// engines answer /health.
 TEST(RemoteEngines, AStalledWeightBroadcastLogsItsWait) {
   StalledReceiver engine;
   ::testing::internal::CaptureStderr();

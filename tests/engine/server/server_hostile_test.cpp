@@ -1,4 +1,4 @@
-// Clients that attack the server's resources rather than its parser (issue 30): a second
+// Clients that attack the server's resources rather than its parser: a second
 // server on a port in use, chunked and unbounded bodies past --max-request-bytes, slow headers
 // from many connections (slowloris), one small request asking for a huge number of samples,
 // and an allocation failure while a response is produced. Each is bounded and the server keeps
