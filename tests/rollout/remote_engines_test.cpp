@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
+
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -51,6 +53,14 @@ std::optional<int> reap_within(pid_t pid, std::chrono::milliseconds limit) {
   return std::nullopt;
 }
 
+// The command name of process `pid` ("" once it is gone).
+std::string proc_comm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
 // Engine servers spawned by `furlong train` die with a SIGKILLed trainer. A stand-in
 // trainer (a forked child) starts a stand-in server (sleep) with the engine servers' child
 // options; once the trainer is killed the server must end within a bound. This process is a
@@ -76,6 +86,11 @@ TEST(EngineServerProcess, DiesWithASigkilledTrainer) {
   pollfd p{fds[0], POLLIN, 0};
   if (::poll(&p, 1, 10000) == 1) (void)!::read(fds[0], &server, sizeof(server));
   ::close(fds[0]);
+  // Kill the trainer only once its server runs `sleep`: before its exec the child is still
+  // setting up (a parent gone by then makes it exit 1, not die by the signal checked below).
+  for (int i = 0; server > 0 && i < 1000 && proc_comm(server) != "sleep"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ::kill(trainer, SIGKILL);
   EXPECT_TRUE(reap_within(trainer, std::chrono::seconds(10)).has_value());
   ASSERT_GT(server, 0) << "the trainer did not start its server";
