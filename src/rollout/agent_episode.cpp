@@ -5,8 +5,8 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <thread>
 
+#include "core/concurrency.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -29,50 +29,6 @@ uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination of a and 
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-
-// A fixed set of threads running posted tasks (the env requests and the work between turns,
-// kept off the engines' threads); the destructor finishes the queue and joins.
-class WorkerPool {
- public:
-  explicit WorkerPool(int64_t threads) {
-    for (int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closing_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void work() {
-    while (true) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return closing_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool closing_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // The prompt as chat messages: a message list as given, a string as one user message (it was
 // rendered under --apply-chat-template); an error for prompts sent without a template.
