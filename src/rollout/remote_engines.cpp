@@ -19,14 +19,15 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <deque>
 #include <filesystem>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
+#include "core/concurrency.h"
 #include "core/digest.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -190,9 +191,8 @@ class RemoteEngines : public RolloutEngines {
     for (const auto& url : urls)
       clients_.push_back(std::make_unique<EngineClient>(url, client_options));
     for (size_t i = 0; i < clients_.size(); ++i) wait_healthy(i);
-    const int workers = 64 * static_cast<int>(clients_.size());
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker(); });
-    threads_.emplace_back([this] { report_long_waits(); });
+    pool_ = std::make_unique<WorkerPool>(64 * static_cast<int64_t>(clients_.size()));
+    reporter_ = std::thread([this] { report_long_waits(); });
   }
 
   ~RemoteEngines() override {
@@ -200,9 +200,9 @@ class RemoteEngines : public RolloutEngines {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
     report_cv_.notify_all();
-    for (auto& t : threads_) t.join();
+    pool_.reset();  // runs the requests still queued, then joins
+    if (reporter_.joinable()) reporter_.join();  // not started on ranks other than 0
     // Engines leave the weight group before its store (held by group_) goes away, and are
     // stopped before it too, so nobody talks to a closed store on the way out.
     // An engine that already failed a request is not asked (a stalled one would hold the
@@ -223,11 +223,13 @@ class RemoteEngines : public RolloutEngines {
   }
 
   void submit(engine::GenerateRequest request, Done done) override {
+    FURLONG_CHECK(pool_ != nullptr, "remote engines: only rank 0 sends generate requests");
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back({std::move(request), std::move(done)});
+      ++queued_;
     }
-    cv_.notify_one();
+    auto job = std::make_shared<Job>(Job{std::move(request), std::move(done)});
+    pool_->post([this, job] { serve(std::move(*job)); });
   }
 
   void abort_all() override {
@@ -455,48 +457,44 @@ class RemoteEngines : public RolloutEngines {
 
   void wait_idle() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && in_flight_ == 0; });
+    idle_cv_.wait(lock, [&] { return queued_ == 0 && in_flight_ == 0; });
   }
 
-  void worker() {
-    while (true) {
-      Job job;
-      size_t engine_index = 0;
-      bool aborted = false;
-      std::list<Waiting>::iterator wait_slot;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (stopping_ && queue_.empty()) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        ++in_flight_;
-        engine_index = next_engine_++ % clients_.size();
-        aborted = aborting_;
-        waiting_.push_back({engine_index, std::chrono::steady_clock::now()});
-        wait_slot = std::prev(waiting_.end());
-      }
-      engine::GenerateOutput out;
-      out.prompt_tokens = static_cast<int64_t>(job.request.input_ids.size());
-      out.finish_reason = engine::FinishReason::kAbort;
-      if (!aborted) {
-        try {
-          out = run(*clients_[engine_index], job.request, engine_index);
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (error_.empty()) error_ = e.what();
-          failed_engines_.insert(engine_index);
-          aborting_ = true;  // the rest of this rollout is moot
-        }
-      }
-      job.done(std::move(out));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --in_flight_;
-        waiting_.erase(wait_slot);
-      }
-      idle_cv_.notify_all();
+  // One request, on a pool thread: sent to the next engine in round-robin order (or ended as
+  // aborted without reaching one), then handed to its callback.
+  void serve(Job job) {
+    size_t engine_index = 0;
+    bool aborted = false;
+    std::list<Waiting>::iterator wait_slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --queued_;
+      ++in_flight_;
+      engine_index = next_engine_++ % clients_.size();
+      aborted = aborting_;
+      waiting_.push_back({engine_index, std::chrono::steady_clock::now()});
+      wait_slot = std::prev(waiting_.end());
     }
+    engine::GenerateOutput out;
+    out.prompt_tokens = static_cast<int64_t>(job.request.input_ids.size());
+    out.finish_reason = engine::FinishReason::kAbort;
+    if (!aborted) {
+      try {
+        out = run(*clients_[engine_index], job.request, engine_index);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_.empty()) error_ = e.what();
+        failed_engines_.insert(engine_index);
+        aborting_ = true;  // the rest of this rollout is moot
+      }
+    }
+    job.done(std::move(out));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+      waiting_.erase(wait_slot);
+    }
+    idle_cv_.notify_all();
   }
 
   engine::GenerateOutput run(EngineClient& client, const engine::GenerateRequest& request,
@@ -613,14 +611,15 @@ class RemoteEngines : public RolloutEngines {
   std::vector<std::unique_ptr<EngineClient>> clients_;
   std::unique_ptr<dist::ProcessGroups> group_;
   std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable idle_cv_;
   std::condition_variable report_cv_;  // wakes report_long_waits() to stop
-  std::deque<Job> queue_;
   std::list<Waiting> waiting_;
   std::optional<SyncState> sync_;  // the weight sync in progress, if any
-  std::vector<std::thread> threads_;
+  std::unique_ptr<WorkerPool> pool_;  // sends the requests: 64 threads per engine
+  std::thread reporter_;              // report_long_waits()
   size_t next_engine_ = 0;
-  int64_t in_flight_ = 0;
+  int64_t queued_ = 0;     // submitted, not yet started by a pool thread
+  int64_t in_flight_ = 0;  // started, callback not yet returned
   bool stopping_ = false;
   bool aborting_ = false;
   std::string error_;                // the first failure of a worker, raised on the driver thread
