@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <system_error>
+#include <vector>
 
 #include "common/test_util.h"
 #include "common/tiny_models.h"
@@ -17,10 +19,32 @@ Json arith_qwen3_config() {
                            {{"vocab_size", 32}, {"rope_theta", 10000.0}, {"eos_token_id", 17}});
 }
 
+namespace {
+
+// The directories fresh_process_dir made, removed when the test binary exits (by the process
+// that made them, not by a forked child that exits).
+struct ProcessDirs {
+  pid_t owner = ::getpid();
+  std::vector<fs::path> dirs;
+  ~ProcessDirs() {
+    if (::getpid() != owner) return;
+    std::error_code ignored;
+    for (const auto& d : dirs) fs::remove_all(d, ignored);
+  }
+};
+
+ProcessDirs& process_dirs() {
+  static ProcessDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 fs::path fresh_process_dir(const std::string& area, const std::string& name) {
   auto dir = binary_dir() / "tests" / area / (name + "." + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  process_dirs().dirs.push_back(dir);
   return dir;
 }
 
