@@ -14,8 +14,7 @@
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 
-namespace furlong::train {
-using namespace furlong::backend;  // NOLINT: the tests of the layer below
+namespace furlong::backend {
 namespace {
 
 namespace fs = std::filesystem;
@@ -197,4 +196,4 @@ TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
 }
 
 }  // namespace
-}  // namespace furlong::train
+}  // namespace furlong::backend

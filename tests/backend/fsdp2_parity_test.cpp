@@ -52,8 +52,7 @@
 #include "core/jsonl.h"
 #include "io/safetensors.h"
 
-namespace furlong::train {
-using namespace furlong::backend;  // NOLINT: the tests of the layer below
+namespace furlong::backend {
 namespace {
 
 namespace fs = std::filesystem;
@@ -296,4 +295,4 @@ TEST_F(Fsdp2Parity, MatchesPyTorchFsdp2HsdpAtR2S2) {
 }
 
 }  // namespace
-}  // namespace furlong::train
+}  // namespace furlong::backend

@@ -22,7 +22,7 @@
 #include "common/train_test_util.h"
 #include "core/files.h"
 
-namespace furlong::train {
+namespace furlong::backend {
 namespace {
 
 namespace fs = std::filesystem;
@@ -186,4 +186,4 @@ TEST_F(FsdpParity, BalancedDataSplitTrainsTheSameStep) {
 }
 
 }  // namespace
-}  // namespace furlong::train
+}  // namespace furlong::backend

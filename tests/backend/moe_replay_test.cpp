@@ -20,7 +20,7 @@
 #include "models/hf_model.h"
 #include "train/options.h"
 
-namespace furlong::train {
+namespace furlong::backend {
 namespace {
 
 namespace fs = std::filesystem;
@@ -205,7 +205,7 @@ TEST(MoeAuxLoss, AddsCoeffTimesTheLoadBalancingLoss) {
     EXPECT_GE(s0[prefix + "max_expert_share"].get<double>(), 1.0 / 8);
   }
   EXPECT_FALSE(s0.contains("moe/layer_1/max_expert_share"));
-  EXPECT_EQ(TrainOptions{}.moe.moe_aux_loss_coeff, 0.0);
+  EXPECT_EQ(train::TrainOptions{}.moe.moe_aux_loss_coeff, 0.0);
 }
 
 TEST(MoeFlags, DenseModelsRefuseThem) {
@@ -225,11 +225,11 @@ TEST(MoeFlags, DenseModelsRefuseThem) {
 }
 
 TEST(MoeFlags, RolloutReplayImpliesRoutingReplay) {
-  TrainOptions o;
+  train::TrainOptions o;
   o.moe.use_rollout_routing_replay = true;
   prepare_options_before_launch(o, false);
   EXPECT_TRUE(o.moe.use_routing_replay);
-  TrainOptions sft;
+  train::TrainOptions sft;
   sft.batch.loss_type = LossType::kSftLoss;
   sft.moe.use_routing_replay = true;
   try {
@@ -282,4 +282,4 @@ TEST(MoeReplay, TrainerVsEngineLogProbsInBf16) {
 }
 
 }  // namespace
-}  // namespace furlong::train
+}  // namespace furlong::backend

@@ -12,7 +12,7 @@
 #include "common/train_test_util.h"
 #include "io/safetensors.h"
 
-namespace furlong::train {
+namespace furlong::backend {
 namespace {
 
 namespace fs = std::filesystem;
@@ -93,4 +93,4 @@ TEST(NonFiniteTraining, ALearningRateThatOverflowsTheWeightsStopsAtTheStepAfterI
 }
 
 }  // namespace
-}  // namespace furlong::train
+}  // namespace furlong::backend

@@ -13,7 +13,7 @@
 #include "models/hf_model.h"
 #include "models/registry.h"
 
-namespace furlong::train::testing {
+namespace furlong::testing {
 
 Json tiny_config(bool tied) {
   return furlong::testing::tiny_model_config(furlong::testing::TinyFamily::kQwen3,
@@ -98,4 +98,4 @@ std::filesystem::path worker_binary() {
   return furlong::testing::binary_dir() / "tests" / "backend" / "fsdp_worker";
 }
 
-}  // namespace furlong::train::testing
+}  // namespace furlong::testing

@@ -11,7 +11,7 @@
 
 #include "core/json_util.h"
 
-namespace furlong::train::testing {
+namespace furlong::testing {
 
 // A tiny Qwen3-style config (vocab 61 and other sizes chosen so that dim-0 sharding over 4 ranks
 // pads: 61 rows -> 16 per rank, the last holding 13).
@@ -40,4 +40,4 @@ double max_violation(const std::map<std::string, at::Tensor>& got,
 
 std::filesystem::path worker_binary();
 
-}  // namespace furlong::train::testing
+}  // namespace furlong::testing
