@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/digest.h"
 #include "core/files.h"
 #include "engine/routed_experts_codec.h"
@@ -42,18 +43,12 @@ using furlong::testing::shell_quote;
 constexpr const char* kApiKey = "e2e-secret";
 constexpr int64_t kContext = 4096;
 
+// The tiny Qwen3 of these tests: the shared one, with a long context and large weights (so that
+// sampled text varies).
 Json tiny_qwen3_config() {
-  return Json{{"architectures", {"Qwen3ForCausalLM"}},
-              {"model_type", "qwen3"},
-              {"hidden_size", 64},
-              {"intermediate_size", 128},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"head_dim", 16},
-              {"max_position_embeddings", kContext},
-              {"tie_word_embeddings", true},
-              {"initializer_range", 0.5}};
+  return furlong::testing::tiny_model_config(
+      furlong::testing::TinyFamily::kQwen3,
+      {{"max_position_embeddings", kContext}, {"initializer_range", 0.5}});
 }
 
 // A `furlong serve` child process; SIGTERM and reaped on destruction.
@@ -139,13 +134,9 @@ class Serve : public ::testing::Test {
     dir_ = furlong::testing::binary_dir() / "testdata" / ("serve." + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    write_file_atomic(dir_ / "tiny.json", tiny_qwen3_config().dump());
-    auto r = run_command(shell_quote(furlong::testing::furlong_binary().string()) +
-                         " init-model --config " + shell_quote((dir_ / "tiny.json").string()) +
-                         " --tokenizer " +
-                         shell_quote(furlong::testing::tokenizer_dir("qwen3").string()) +
-                         " --out " + shell_quote(model().string()) + " --seed 11 --dtype float32");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    furlong::testing::init_model(dir_, "model", tiny_qwen3_config(),
+                                 furlong::testing::tokenizer_dir("qwen3"), /*seed=*/11);
+    if (::testing::Test::HasFailure()) return;
     server_ = new ServeProcess(model(), dir_ / "serve.log", {"--api-key", kApiKey});
   }
   static void TearDownTestSuite() {
@@ -516,21 +507,12 @@ TEST_F(Serve, SigtermAbortsRunningRequestsAndExitsCleanly) {
 // meta_info.routed_experts (base64 int32 [prompt + output - 1, L, K], valid distinct ids in the
 // sparse layer, -1 in the dense one); without the flag the request is a 400 naming it.
 TEST_F(Serve, EnableReturnRoutedExpertsAnswersSglangsField) {
-  Json config = tiny_qwen3_config();
-  config["architectures"] = {"Qwen3MoeForCausalLM"};
-  config["model_type"] = "qwen3_moe";
-  config["num_experts"] = 8;
-  config["num_experts_per_tok"] = 2;
-  config["moe_intermediate_size"] = 32;
-  config["mlp_only_layers"] = {0};
-  write_file_atomic(dir_ / "moe.json", config.dump());
-  const auto moe = dir_ / "moe";
-  auto r =
-      run_command(shell_quote(furlong::testing::furlong_binary().string()) +
-                  " init-model --config " + shell_quote((dir_ / "moe.json").string()) +
-                  " --tokenizer " + shell_quote(furlong::testing::tokenizer_dir("qwen3").string()) +
-                  " --out " + shell_quote(moe.string()) + " --seed 5 --dtype float32");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Two layers, the first dense.
+  const Json config = furlong::testing::as_qwen3_moe(
+      tiny_qwen3_config(), {{"num_hidden_layers", 2}, {"mlp_only_layers", {0}}});
+  const auto moe = furlong::testing::init_model(dir_, "moe", config,
+                                                furlong::testing::tokenizer_dir("qwen3"), 5);
+  ASSERT_FALSE(HasFailure());
   ServeProcess recording(moe, dir_ / "moe.log", {"--enable-return-routed-experts"});
   EngineClient c(recording.url());
   EXPECT_TRUE(c.get_model_info()["record_routed_experts"].get<bool>());
