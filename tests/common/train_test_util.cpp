@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "common/random_models.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
 #include "core/files.h"
@@ -28,10 +29,7 @@ Json tiny_config(bool tied) {
 
 void write_model(const std::filesystem::path& dir, const Json& config, c10::ScalarType dtype,
                  uint64_t seed) {
-  auto model = models::create_model(config, "test config");
-  model->materialize(at::kFloat);
-  models::init_weights(*model, seed);
-  models::save_hf_model(*model, dir, dtype);
+  write_random_model(dir, config, seed, dtype);
 }
 
 void write_sft_data(const std::filesystem::path& file, int n, int vocab, uint64_t seed) {

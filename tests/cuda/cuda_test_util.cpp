@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/arith_task.h"
+#include "common/random_models.h"
 #include "common/test_util.h"
 #include "core/dtype.h"
 #include "models/hf_model.h"
@@ -36,15 +37,8 @@ Json tiny_config() {
 
 fs::path write_tiny_model(const std::string& name, uint64_t seed, const std::string& dtype) {
   const auto dir = furlong::testing::scratch_dir() / name;
-  auto model = models::create_model(tiny_config(), "tiny config");
-  model->materialize(at::kFloat);
-  models::init_weights(*model, seed);
-  fs::create_directories(dir);
-  models::save_hf_model(*model, dir, parse_dtype(dtype, "dtype"));
-  const auto tok = furlong::testing::source_dir() / "examples/tokenizers/arith";
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(tok / f, dir / f, fs::copy_options::overwrite_existing);
-  }
+  furlong::testing::write_random_model(dir, tiny_config(), seed, parse_dtype(dtype, "dtype"),
+                                       furlong::testing::arith_tokenizer_dir());
   return dir;
 }
 

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "common/random_models.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
 #include "core/dtype.h"
@@ -28,15 +29,8 @@ Json tiny_config(const std::string& model_type, int64_t vocab_size) {
 
 void write_tiny_model(const fs::path& dir, const Json& config, uint64_t seed,
                       const std::string& dtype) {
-  auto model = models::create_model(config, "tiny config");
-  model->materialize(at::kFloat);
-  models::init_weights(*model, seed);
-  fs::create_directories(dir);
-  models::save_hf_model(*model, dir, parse_dtype(dtype, "dtype"));
-  auto tok = furlong::testing::tokenizer_dir("qwen3");
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(tok / name, dir / name, fs::copy_options::overwrite_existing);
-  }
+  furlong::testing::write_random_model(dir, config, seed, parse_dtype(dtype, "dtype"),
+                                       furlong::testing::tokenizer_dir("qwen3"));
 }
 
 EngineOptions small_engine_options(const std::string& dtype) {

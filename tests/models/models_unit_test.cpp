@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 
+#include "common/random_models.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
 #include "common/tolerances.h"
@@ -37,10 +38,7 @@ Json small_config(TinyFamily family = TinyFamily::kQwen3) {
 using testing::error_of;
 
 std::unique_ptr<CausalLM> random_model(const Json& cfg, uint64_t seed = 0) {
-  auto model = create_model(cfg, "test");
-  model->materialize(at::kFloat);
-  init_weights(*model, seed);
-  return model;
+  return furlong::testing::random_model(cfg, seed);
 }
 
 TEST(Models, ConstructOnMetaDeviceAllocatesNothing) {

@@ -7,6 +7,7 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include "common/random_models.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
 #include "common/tolerances.h"
@@ -35,10 +36,7 @@ Json moe_config() {
 }
 
 std::unique_ptr<CausalLM> random_moe_model(uint64_t seed = 3) {
-  auto model = create_model(moe_config(), "test");
-  model->materialize(at::kFloat);
-  init_weights(*model, seed);
-  return model;
+  return furlong::testing::random_model(moe_config(), seed);
 }
 
 PackedBatch test_batch() {
