@@ -110,7 +110,7 @@ int run(const std::vector<std::string>& args) {
   eo.num_threads = o.threads;
   eo.exact_logprobs = o.exact_logprobs;
   eo.prefix_sharing = o.prefix_sharing;
-  eo.prepack_weights = o.prepack_weights;
+  eo.prepack_weights = engine::parse_prepack_weights(o.prepack_weights);
   eo.max_total_tokens = std::max<int64_t>(65536, o.batch * (o.prompt_len + o.max_new_tokens));
   auto eng = engine::Engine::load(o.hf_checkpoint, eo);
   const int64_t vocab = eng->model().config().vocab_size;

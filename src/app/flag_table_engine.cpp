@@ -15,11 +15,12 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
       .choices = {"sdpa", "eager"};
   f.add("fused-kernels", &e.fused_kernels,
         "one-pass CPU kernels for RMSNorm/RoPE/SwiGLU (off: ATen ops mirroring transformers)");
-  f.add("prepack-weights", &e.prepack_weights,
-        "also keep bf16 weights in oneDNN's GEMM layout for GEMMs of 8+ rows (a second copy "
-        "of their bytes): auto = on CPUs with AMX while weights and copies take at most half of "
-        "what --mem-fraction-static gives, on, off")
-      .choices = {"auto", "on", "off"};
+  f.add_enum<engine::PrepackWeights>(
+      "prepack-weights", &e.prepack_weights, engine::prepack_weights_choices(),
+      engine::parse_prepack_weights,
+      "also keep bf16 weights in oneDNN's GEMM layout for GEMMs of 8+ rows (a second copy "
+      "of their bytes): auto = on CPUs with AMX while weights and copies take at most half of "
+      "what --mem-fraction-static gives, on, off");
   f.add("kv-block-size", &e.kv_block_size, "tokens per KV-cache block");
   f.add("max-total-tokens", &e.max_total_tokens,
         "KV-cache capacity in tokens over all running requests (each request reserves "

@@ -61,7 +61,10 @@ void add_parallel_flags(config::FlagSet& f, train::ParallelOptions& p, train::Pr
 
 void add_optimizer_flags(config::FlagSet& f, train::OptimizerOptions& o) {
   f.set_group("Optimizer and learning rate");
-  f.add("optimizer", &o.optimizer, "only adam (AdamW) is supported").choices = {"adam"};
+  f.add_enum<backend::OptimizerKind>(
+      "optimizer", &o.optimizer, {"adam"},
+      [](const std::string&) { return backend::OptimizerKind::kAdam; },  // the choices: adam
+      "only adam (AdamW) is supported");
   f.add("lr", &o.lr, "peak learning rate");
   f.add("min-lr", &o.min_lr, "learning rate floor after decay");
   f.add("lr-warmup-init", &o.lr_warmup_init, "learning rate at the start of warmup");

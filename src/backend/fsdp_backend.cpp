@@ -85,8 +85,6 @@ int64_t FsdpBackend::init() {
       std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, fsdp_options, groups_->device());
   check_moe_options();
   const auto& o = options_.optimizer;
-  FURLONG_CHECK(o.optimizer == "adam", "Unsupported optimizer: ", o.optimizer,
-                ". Supported options: 'adam' (AdamW)");
   optimizer_ = std::make_unique<optim::AdamW>(model_->parameters(),
                                               optim::AdamWOptions{.lr = o.lr,
                                                                   .beta1 = o.adam_beta1,

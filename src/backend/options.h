@@ -61,8 +61,11 @@ struct PrecisionOptions {
   bool fsdp_cpu_offload = false;
 };
 
+// --optimizer: AdamW is the one optimizer (miles' FSDP backend has no other).
+enum class OptimizerKind { kAdam };
+
 struct OptimizerOptions {
-  std::string optimizer = "adam";
+  OptimizerKind optimizer = OptimizerKind::kAdam;
   double lr = 1e-6;
   double min_lr = 0.0;
   double lr_warmup_init = 0.0;

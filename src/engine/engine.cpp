@@ -90,6 +90,22 @@ c10::Device choose_device(const std::string& name) {
 
 }  // namespace
 
+const std::vector<std::string>& prepack_weights_choices() {
+  static const std::vector<std::string> names = {"auto", "on", "off"};  // enum order
+  return names;
+}
+
+PrepackWeights parse_prepack_weights(const std::string& name) {
+  const auto& names = prepack_weights_choices();
+  const auto it = std::find(names.begin(), names.end(), name);
+  FURLONG_CHECK(it != names.end(), "--prepack-weights must be auto, on or off, got '", name, "'");
+  return static_cast<PrepackWeights>(it - names.begin());
+}
+
+const std::string& prepack_weights_name(PrepackWeights mode) {
+  return prepack_weights_choices().at(static_cast<size_t>(mode));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loading and accessors
 
@@ -154,10 +170,6 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
                 "engine: --context-length must be > 0, or 0 for the model's "
                 "max_position_embeddings; got ",
                 options.context_length);
-  FURLONG_CHECK(options.prepack_weights == "auto" || options.prepack_weights == "on" ||
-                    options.prepack_weights == "off",
-                "engine: --prepack-weights must be auto, on or off, got '", options.prepack_weights,
-                "'");
   FURLONG_CHECK(options.num_threads >= 0 && options.num_threads <= kMaxThreads,
                 "engine: num_threads must be in [0, ", kMaxThreads, "], got ", options.num_threads);
   if (options.num_threads > 0) at::set_num_threads(static_cast<int>(options.num_threads));
@@ -206,11 +218,11 @@ void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
                 cfg.architecture, " from ", hf_dir, " has no routed experts");
   context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
-  FURLONG_CHECK(
-      options.prepack_weights != "on" || !device.is_cpu() || kernels::packed_linear_available(),
-      "engine: --prepack-weights on needs oneDNN's prepacking ops "
-      "(mkldnn::_reorder_linear_weight), which this libtorch lacks or has disabled; "
-      "use auto or off");
+  FURLONG_CHECK(options.prepack_weights != PrepackWeights::kOn || !device.is_cpu() ||
+                    kernels::packed_linear_available(),
+                "engine: --prepack-weights on needs oneDNN's prepacking ops "
+                "(mkldnn::_reorder_linear_weight), which this libtorch lacks or has disabled; "
+                "use auto or off");
   pack_weights = choose_packing();
   pack_all_weights();
   cache_budget = plan_cache_memory();
@@ -243,8 +255,8 @@ std::vector<at::Tensor> Engine::Impl::packable_weights() const {
 // and the weights with their packed copies take at most half of the memory that
 // --mem-fraction-static gives weights and KV cache together, so the cache keeps the other half.
 bool Engine::Impl::choose_packing() const {
-  if (options.prepack_weights == "off" || !device.is_cpu()) return false;
-  if (options.prepack_weights == "on") return true;
+  if (options.prepack_weights == PrepackWeights::kOff || !device.is_cpu()) return false;
+  if (options.prepack_weights == PrepackWeights::kOn) return true;
   if (!kernels::packed_linear_pays_off(dtype, device)) return false;
   int64_t weight_bytes = 0, packed_bytes = 0;
   for (const auto& unit : model->weights()) {
@@ -270,7 +282,8 @@ void Engine::Impl::pack_all_weights() {
   if (!pack_weights) return;
   for (const auto& w : packable_weights()) packed_weights.pack(w);
   LOG_INFO("engine: ", packed_weights.count(), " weights also kept in oneDNN's GEMM layout (",
-           format_gb(packed_weights.bytes()), "; --prepack-weights ", options.prepack_weights, ")");
+           format_gb(packed_weights.bytes()), "; --prepack-weights ",
+           prepack_weights_name(options.prepack_weights), ")");
 }
 
 Engine::~Engine() {

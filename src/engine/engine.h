@@ -119,6 +119,12 @@ struct GenerateOutput {
 
 using RequestId = int64_t;
 
+// --prepack-weights: whether bf16 weights are also kept in oneDNN's GEMM layout (below).
+enum class PrepackWeights { kAuto, kOn, kOff };
+const std::vector<std::string>& prepack_weights_choices();  // "auto", "on", "off"
+PrepackWeights parse_prepack_weights(const std::string& name);
+const std::string& prepack_weights_name(PrepackWeights mode);
+
 struct EngineOptions {
   // "auto": the checkpoint's torch_dtype where the device computes it natively, else float32
   // (core/dtype.h, resolve_auto_dtype); "" = the checkpoint's torch_dtype as it is.
@@ -133,7 +139,7 @@ struct EngineOptions {
   // wherever oneDNN is present;
   // "off". Costs a second copy of those weights' bytes (counted before the KV cache is sized)
   // and a repack of every weight an update writes.
-  std::string prepack_weights = "auto";
+  PrepackWeights prepack_weights = PrepackWeights::kAuto;
   int64_t kv_block_size = 16;  // tokens per KV-cache block
   // KV-cache capacity in tokens over all running sequences; 0 = sized from the memory
   // (engine/kv_budget.h). An explicit value must fit in the memory free after the weights.

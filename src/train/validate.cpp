@@ -34,8 +34,6 @@ void validate_options(const TrainOptions& o, int world_size) {
   FURLONG_CHECK(world_size % o.parallel.dp_replicate_size == 0, "--dp-replicate-size ",
                 o.parallel.dp_replicate_size, " does not divide the world size ", world_size,
                 ": the mesh is replicate x shard, so choose a divisor of ", world_size);
-  FURLONG_CHECK(o.optimizer.optimizer == "adam", "Unsupported optimizer: ", o.optimizer.optimizer,
-                ". Supported options: 'adam'");
   FURLONG_CHECK(!o.batch.use_dynamic_batch_size || o.batch.max_tokens_per_gpu.has_value(),
                 "--use-dynamic-batch-size requires --max-tokens-per-gpu");
   FURLONG_CHECK(!o.batch.max_tokens_per_gpu || *o.batch.max_tokens_per_gpu > 0,

@@ -53,7 +53,7 @@ class EnginePackedWeights : public ::testing::Test {
   }
   static std::unique_ptr<Engine> load(const fs::path& dir, const std::string& prepack) {
     auto o = small_engine_options("bfloat16");
-    o.prepack_weights = prepack;
+    o.prepack_weights = parse_prepack_weights(prepack);
     return Engine::load(dir.string(), o);
   }
   // 9 prompts of 10-16 tokens: prefill and decode steps of 9 rows and more, which the packed
@@ -90,11 +90,10 @@ TEST_F(EnginePackedWeights, PackTheLayersAndTheHeadOfBf16Models) {
   const bool amx = kernels::packed_linear_pays_off(at::kBFloat16, c10::Device(c10::kCPU));
   EXPECT_EQ(automatic->model_info()["packed_weight_bytes"].get<int64_t>(), amx ? kPackedBytes : 0);
   auto o = small_engine_options("float32");  // fp32 weights are never packed
-  o.prepack_weights = "on";
+  o.prepack_weights = PrepackWeights::kOn;
   EXPECT_EQ(Engine::load(old_dir_->string(), o)->model_info()["packed_weight_bytes"].get<int64_t>(),
             0);
-  o.prepack_weights = "always";
-  auto msg = furlong::testing::error_of([&] { Engine::load(old_dir_->string(), o); });
+  auto msg = furlong::testing::error_of([&] { parse_prepack_weights("always"); });
   EXPECT_NE(msg.find("--prepack-weights must be auto, on or off"), std::string::npos) << msg;
 }
 
