@@ -11,7 +11,11 @@ PLAN.json is a list of cases written by the C++ test:
    "perturb": bool,            # create: randomize norm weights / biases so they matter
    "documents": [[ids...], ...],       # packed into one row, positions restart at 0
    "loss_mask": [[0/1...], ...],       # per document, same lengths (optional)
-   "want": ["logits", "logprobs", "grads", "fp32_reference", "routing", "load_balancing"]}
+   "want": ["logits", "logprobs", "grads", "fp32_reference", "routing", "load_balancing"],
+   "separate_documents": bool}  # run each document alone, outputs concatenated (optional)
+separate_documents is for models whose transformers code does not split a packed row at the
+position resets (Qwen3.5's Gated DeltaNet layers carry their state across the row): each
+document then runs as its own batch of one, which is what packing must equal.
 For mode=create the model is written to OUT_DIR/<name>/model (HF format, `dtype`).
 Outputs go to OUT_DIR/<name>/outputs.safetensors:
   logits [T, V] fp32 (the model's logits upcast), logprobs [T] fp32 (log-prob of the next
@@ -93,9 +97,17 @@ def next_token_targets(documents, loss_mask):
     return torch.tensor(targets), torch.tensor(valid, dtype=torch.bool)
 
 
-def token_logprobs(model, tokens, positions, targets, valid, with_entropy=False):
+def model_logits(model, tokens, positions, documents=None):
+    """[T, V] logits of the packed row, or (documents given) of each document run alone."""
+    if documents is not None:
+        return torch.cat([model(input_ids=torch.tensor(doc)[None], use_cache=False).logits[0]
+                          for doc in documents])
     # use_cache=False: transformers only derives the packed-document mask without a cache.
-    logits = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False).logits[0]
+    return model(input_ids=tokens[None], position_ids=positions[None], use_cache=False).logits[0]
+
+
+def token_logprobs(model, tokens, positions, targets, valid, with_entropy=False, documents=None):
+    logits = model_logits(model, tokens, positions, documents)
     logp = torch.log_softmax(logits.float(), dim=-1)
     lp = logp.gather(1, targets[:, None]).squeeze(1)
     lp = torch.where(valid, lp, torch.zeros_like(lp))
@@ -190,12 +202,14 @@ def run_case(case, out_dir):
     model = load_model(model_dir, case["dtype"], case["attn"])
     docs = case["documents"]
     tokens, positions = packed_inputs(docs)
+    alone = docs if case.get("separate_documents") else None
     all_valid = [[1] * len(d) for d in docs]
     targets, valid = next_token_targets(docs, all_valid)
     want = set(case["want"])
     out = {}
     with torch.no_grad():
-        logits, lp, entropy = token_logprobs(model, tokens, positions, targets, valid, True)
+        logits, lp, entropy = token_logprobs(model, tokens, positions, targets, valid, True,
+                                             alone)
     if "logits" in want:
         out["logits"] = logits.float().contiguous()
     out["logprobs"] = lp.contiguous()
@@ -203,7 +217,7 @@ def run_case(case, out_dir):
     if "fp32_reference" in want:
         ref = load_model(model_dir, "float32", case["attn"])
         with torch.no_grad():
-            _, lp32 = token_logprobs(ref, tokens, positions, targets, valid)
+            _, lp32 = token_logprobs(ref, tokens, positions, targets, valid, documents=alone)
         out["logprobs_fp32"] = lp32.contiguous()
     is_moe = bool(routers(model))
     if "routing" in want and is_moe:
@@ -218,7 +232,8 @@ def run_case(case, out_dir):
     if "grads" in want:
         model.train()
         mask_targets, mask_valid = next_token_targets(docs, case.get("loss_mask"))
-        _, lp_g = token_logprobs(model, tokens, positions, mask_targets, mask_valid)
+        _, lp_g = token_logprobs(model, tokens, positions, mask_targets, mask_valid,
+                                 documents=alone)
         loss = -(lp_g.sum() / mask_valid.sum())
         loss.backward()
         out["loss"] = loss.detach().float().reshape(())

@@ -216,6 +216,11 @@ void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
                 "engine: recording routed experts (--enable-return-routed-experts, rollout "
                 "routing replay) needs a mixture-of-experts model; ",
                 cfg.architecture, " from ", hf_dir, " has no routed experts");
+  // The engine keeps per-sequence KV blocks only; Gated DeltaNet layers need a recurrent state
+  // per sequence as well, which it does not hold yet (the trainer computes these models).
+  FURLONG_CHECK(!cfg.linear_attention.enabled(), "engine: ", cfg.architecture, " from ", hf_dir,
+                " has Gated DeltaNet (linear_attention) layers, which furlong's rollout engine "
+                "does not run yet; only the trainer (SFT, scoring) computes this model");
   context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
   FURLONG_CHECK(options.prepack_weights != PrepackWeights::kOn || !device.is_cpu() ||

@@ -28,7 +28,8 @@ void CausalLM::build_units(
     }
     units_.push_back(std::move(unit));
   }
-  UnitSpec final_unit{"final", {{"model.norm.weight", {D}, ParamInit::kOnes}}};
+  const ParamInit norm_init = config_.zero_centered_norm ? ParamInit::kZeros : ParamInit::kOnes;
+  UnitSpec final_unit{"final", {{"model.norm.weight", {D}, norm_init}}};
   if (!config_.tie_word_embeddings) {
     final_unit.params.push_back({"lm_head.weight", {V, D}, ParamInit::kNormal});
   }
@@ -104,6 +105,8 @@ at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_P
 
 at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_PD,
                                 const ForwardContext& ctx) const {
+  if (config_.zero_centered_norm)
+    return zero_centered_rms_norm(x_PD, params[0], config_.rms_norm_eps);
   return rms_norm(x_PD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
 }
 

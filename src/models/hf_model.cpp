@@ -80,16 +80,19 @@ void check_fields_against_checkpoint(const Json& config, const io::HfWeights& we
                   "model.layers.0.mlp.gate_proj.weight is " + shape_string(shape));
     }
   }
-  // q_proj is [num_attention_heads * head_dim, hidden_size]: head_dim follows from its rows.
+  // q_proj is [num_attention_heads * head_dim, hidden_size]: head_dim follows from its rows
+  // (twice as many in Qwen3.5, whose q_proj also gives each head an output gate).
   auto heads = config.find("num_attention_heads");
+  const auto model_type = config.value("model_type", std::string());
+  const int64_t rows_per_dim = model_type.starts_with("qwen3_5") ? 2 : 1;
   if (weights.contains("model.layers.0.self_attn.q_proj.weight") && heads != config.end() &&
       heads->is_number_integer() && heads->get<int64_t>() > 0) {
     const auto& shape = weights.info("model.layers.0.self_attn.q_proj.weight").shape;
-    const int64_t n = heads->get<int64_t>();
+    const int64_t n = heads->get<int64_t>() * rows_per_dim;
     if (shape.size() == 2 && shape[0] % n == 0) {
       check_field(config, "head_dim", shape[0] / n, where,
                   "model.layers.0.self_attn.q_proj.weight is " + shape_string(shape) + " for " +
-                      std::to_string(n) + " attention heads");
+                      std::to_string(n / rows_per_dim) + " attention heads");
     }
   }
 }

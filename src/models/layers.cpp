@@ -97,13 +97,21 @@ at::Tensor dynamic_inv_freq(const RopeConfig& r, int64_t dim, int64_t seq_len,
 
 }  // namespace
 
+at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto xf = x.to(at::kFloat);
+  auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
+}
+
 RotaryEmbedding RotaryEmbedding::create(const ModelConfig& config) {
   RotaryEmbedding re;
   re.rope = config.rope;
-  re.head_dim = config.head_dim;
+  // The rotated width: all of each head, or its first partial_rotary_factor (Qwen3.5).
+  re.head_dim = static_cast<int64_t>(static_cast<double>(config.head_dim) *
+                                     config.rope.partial_rotary_factor);
   re.max_position_embeddings = config.max_position_embeddings;
   const RopeConfig& r = config.rope;
-  int64_t dim = config.head_dim;
+  int64_t dim = re.head_dim;
   if (r.type == "default" || r.type == "dynamic") {
     re.inv_freq = default_inv_freq(r.theta, dim);
   } else if (r.type == "linear") {

@@ -29,12 +29,16 @@ AttnImpl parse_attn_impl(const std::string& name, const std::string& where);
 // `fused` uses the one-pass CPU kernel where it applies (CPU, fp32/bf16), else ATen ops.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true);
 
+// RMSNorm with weights stored as offsets from 1, as transformers computes it for Qwen3.5:
+// (normalize(x) * (1 + weight)) all in fp32, then cast to x's dtype.
+at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 // inv_freq [H/2] (fp32) and the cos/sin scaling for the configured rope type.
 struct RotaryEmbedding {
   at::Tensor inv_freq;
   double attention_scaling = 1.0;
   RopeConfig rope;
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;  // the rotated width of a head (head_dim x partial_rotary_factor)
   int64_t max_position_embeddings = 0;
 
   static RotaryEmbedding create(const ModelConfig& config);

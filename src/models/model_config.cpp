@@ -150,6 +150,40 @@ void check_plausible_size(const ModelConfig& c, const std::string& where) {
       "), beyond furlong's limit of ", scientific(kMaxParameters), "; check these fields");
 }
 
+bool LinearAttentionConfig::is_linear_layer(int64_t layer) const {
+  return std::binary_search(layers.begin(), layers.end(), layer);
+}
+
+namespace {
+
+bool gives_partial_rotary(const Json& json) {
+  if (json.contains("partial_rotary_factor")) return true;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (json.contains(key) && json[key].is_object() && json[key].contains("partial_rotary_factor"))
+      return true;
+  }
+  return false;
+}
+
+// The rotary share of each head: 1 unless the architecture rotates part of it (and then the
+// rotated width must be a positive even number of dims).
+void check_partial_rotary(const Json& json, ModelConfig& c, const ConfigDefaults& defaults,
+                          const std::string& where) {
+  double& f = c.rope.partial_rotary_factor;
+  if (!defaults.partial_rotary_factor) {
+    FURLONG_CHECK(f == 1.0, where, ": partial_rotary_factor != 1 is not supported for ",
+                  c.model_type.empty() ? "this architecture" : c.model_type);
+    return;
+  }
+  if (!gives_partial_rotary(json)) f = *defaults.partial_rotary_factor;
+  const auto rotary = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
+  FURLONG_CHECK(f > 0 && f <= 1 && rotary > 0 && rotary % 2 == 0, where, ": partial_rotary_factor ",
+                f, " with head_dim ", c.head_dim, " rotates ", rotary,
+                " dims; it must rotate a positive even number of dims, at most head_dim");
+}
+
+}  // namespace
+
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,
                                  const ConfigDefaults& defaults) {
   FURLONG_CHECK(json.is_object(), where, ": expected a JSON object, got ", json_type_name(json));
@@ -204,8 +238,7 @@ ModelConfig parse_decoder_config(const Json& json, const std::string& where,
   FURLONG_CHECK(tp == 1, where, ": pretraining_tp=", tp, " is not supported (only 1)");
 
   c.rope = parse_rope(json, where, defaults.rope_theta, c.max_position_embeddings);
-  FURLONG_CHECK(c.rope.partial_rotary_factor == 1.0, where,
-                ": partial_rotary_factor != 1 is not supported");
+  check_partial_rotary(json, c, defaults, where);
 
   std::string dtype = json_get_or<std::string>(json, "torch_dtype", "float32", where);
   dtype = json_get_or<std::string>(json, "dtype", dtype, where);

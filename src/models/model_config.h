@@ -52,6 +52,20 @@ struct MoeConfig {
   int64_t num_sparse_layers(int64_t num_layers) const;
 };
 
+// Gated DeltaNet ("linear_attention") layers of hybrid models (Qwen3.5): the layers that have
+// them, and their sizes. No layer listed: every layer has softmax attention.
+struct LinearAttentionConfig {
+  std::vector<int64_t> layers;   // ascending; the others are "full_attention"
+  int64_t conv_kernel = 4;       // linear_conv_kernel_dim
+  int64_t key_head_dim = 128;    // linear_key_head_dim (d_k)
+  int64_t value_head_dim = 128;  // linear_value_head_dim (d_v)
+  int64_t num_key_heads = 16;    // linear_num_key_heads (q and k heads)
+  int64_t num_value_heads = 32;  // linear_num_value_heads (a multiple of num_key_heads)
+
+  bool enabled() const { return !layers.empty(); }
+  bool is_linear_layer(int64_t layer) const;
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"
   std::string model_type;    // e.g. "qwen3"
@@ -71,8 +85,13 @@ struct ModelConfig {
   bool o_proj_bias = false;
   bool mlp_bias = false;
   bool qk_norm = false;
+  // RMSNorm weights stored as offsets from 1 (scale = 1 + weight, computed in fp32; Qwen3.5).
+  bool zero_centered_norm = false;
+  // q_proj also gives a per-head sigmoid gate on the attention output (Qwen3.5).
+  bool attention_output_gate = false;
   RopeConfig rope;
   MoeConfig moe;
+  LinearAttentionConfig linear_attention;
   // The checkpoint dtype ("torch_dtype" / "dtype"), float32 when absent.
   c10::ScalarType dtype = c10::kFloat;
   // The config.json as read; kept so exports write back every field.
@@ -91,6 +110,9 @@ struct ConfigDefaults {
   int64_t max_position_embeddings;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // Set: the architecture applies RoPE to the first partial_rotary_factor of each head, and
+  // this is the factor when config.json gives none. Unset: the factor must be 1.
+  std::optional<double> partial_rotary_factor = std::nullopt;
 };
 
 // The parameter count of the decoder `c` describes, in closed form (nothing is allocated), as

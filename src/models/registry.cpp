@@ -10,6 +10,8 @@ const std::vector<ArchEntry>& architectures() {
       {"Qwen3MoeForCausalLM", "qwen3_moe", &create_qwen3_moe},
       {"Qwen2ForCausalLM", "qwen2", &create_qwen2},
       {"LlamaForCausalLM", "llama", &create_llama},
+      {"Qwen3_5ForCausalLM", "qwen3_5_text", &create_qwen3_5},
+      {"Qwen3_5ForConditionalGeneration", "qwen3_5", &refuse_qwen3_5_multimodal},
   };
   return kArchitectures;
 }

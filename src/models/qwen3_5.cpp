@@ -1,0 +1,239 @@
+// Qwen3_5ForCausalLM (transformers' models/qwen3_5, the text model): a hybrid decoder whose
+// layers mix Gated DeltaNet ("linear_attention", models/gated_delta_net.h) with softmax
+// attention ("full_attention", every 4th layer by default). Differences from Qwen3 besides the
+// DeltaNet layers: q_proj also yields a per-head sigmoid gate on the attention output, RoPE
+// turns only the first partial_rotary_factor (0.25) of each head, and every RMSNorm but the
+// DeltaNet's gated one stores its weight as an offset from 1. Text positions are the same in
+// each mRoPE section, so plain RoPE over the rotated dims is what the model computes for text.
+// Defaults mirror transformers' Qwen3_5TextConfig.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "models/causal_lm.h"
+#include "models/gated_delta_net.h"
+#include "models/registry.h"
+
+namespace furlong::models {
+namespace {
+
+constexpr const char* kLinear = "linear_attention";
+constexpr const char* kFull = "full_attention";
+
+// Unit layout, common part first: the mixer's parameters start at kMixer.
+enum Slot : int { kInputNorm, kPostNorm, kGate, kUp, kDown, kMixer };
+// Gated DeltaNet parameters (from kMixer).
+enum DeltaSlot : int { kQkv = kMixer, kZ, kB, kA, kConv, kDtBias, kALog, kGatedNorm, kOut };
+// Softmax attention parameters (from kMixer); biases follow when attention_bias is set.
+enum AttnSlot : int { kQ = kMixer, kK, kV, kO, kQNorm, kKNorm, kQBias, kKBias, kVBias, kOBias };
+
+class Qwen35LM : public CausalLM {
+ public:
+  explicit Qwen35LM(ModelConfig config) : CausalLM(std::move(config)) {
+    build_units([this](int64_t layer) { return block_param_specs(layer); });
+  }
+
+  at::Tensor block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
+                   const ForwardContext& ctx) const override {
+    const double eps = config_.rms_norm_eps;
+    auto h_PD = zero_centered_rms_norm(x_PD, p[kInputNorm], eps);
+    auto mixed_PD = config_.linear_attention.is_linear_layer(layer)
+                        ? delta_net(p, h_PD, ctx)
+                        : gated_attention(layer, p, h_PD, ctx);
+    auto x1_PD = x_PD + mixed_PD;
+    auto h2_PD = zero_centered_rms_norm(x1_PD, p[kPostNorm], eps);
+    return x1_PD + swiglu_mlp(h2_PD, p[kGate], {}, p[kUp], {}, p[kDown], {}, ctx.fused_kernels,
+                              ctx.linear_override);
+  }
+
+ private:
+  std::vector<ParamSpec> block_param_specs(int64_t layer) const {
+    const auto& c = config_;
+    const int64_t D = c.hidden_size, F = c.intermediate_size;
+    std::vector<ParamSpec> s = {{"input_layernorm.weight", {D}, ParamInit::kZeros},
+                                {"post_attention_layernorm.weight", {D}, ParamInit::kZeros},
+                                {"mlp.gate_proj.weight", {F, D}, ParamInit::kNormal},
+                                {"mlp.up_proj.weight", {F, D}, ParamInit::kNormal},
+                                {"mlp.down_proj.weight", {D, F}, ParamInit::kNormal}};
+    if (c.linear_attention.is_linear_layer(layer)) {
+      const auto& la = c.linear_attention;
+      const int64_t K = la.num_key_heads * la.key_head_dim;
+      const int64_t V = la.num_value_heads * la.value_head_dim, Hv = la.num_value_heads;
+      const std::string a = "linear_attn.";
+      s.insert(s.end(), {{a + "in_proj_qkv.weight", {2 * K + V, D}, ParamInit::kNormal},
+                         {a + "in_proj_z.weight", {V, D}, ParamInit::kNormal},
+                         {a + "in_proj_b.weight", {Hv, D}, ParamInit::kNormal},
+                         {a + "in_proj_a.weight", {Hv, D}, ParamInit::kNormal},
+                         {a + "conv1d.weight", {2 * K + V, 1, la.conv_kernel}, ParamInit::kNormal},
+                         {a + "dt_bias", {Hv}, ParamInit::kOnes},
+                         {a + "A_log", {Hv}, ParamInit::kZeros},  // A = 1
+                         {a + "norm.weight", {la.value_head_dim}, ParamInit::kOnes},
+                         {a + "out_proj.weight", {D, V}, ParamInit::kNormal}});
+      return s;
+    }
+    const int64_t H = c.head_dim, NH = c.num_attention_heads * H, KH = c.num_key_value_heads * H;
+    const std::string a = "self_attn.";
+    s.insert(s.end(), {{a + "q_proj.weight", {2 * NH, D}, ParamInit::kNormal},
+                       {a + "k_proj.weight", {KH, D}, ParamInit::kNormal},
+                       {a + "v_proj.weight", {KH, D}, ParamInit::kNormal},
+                       {a + "o_proj.weight", {D, NH}, ParamInit::kNormal},
+                       {a + "q_norm.weight", {H}, ParamInit::kZeros},
+                       {a + "k_norm.weight", {H}, ParamInit::kZeros}});
+    if (c.qkv_bias) {
+      s.insert(s.end(), {{a + "q_proj.bias", {2 * NH}, ParamInit::kZeros},
+                         {a + "k_proj.bias", {KH}, ParamInit::kZeros},
+                         {a + "v_proj.bias", {KH}, ParamInit::kZeros},
+                         {a + "o_proj.bias", {D}, ParamInit::kZeros}});
+    }
+    return s;
+  }
+
+  // Gated DeltaNet over each document of the batch, from a zero state.
+  at::Tensor delta_net(const UnitTensors& p, const at::Tensor& h_PD,
+                       const ForwardContext& ctx) const {
+    const auto& la = config_.linear_attention;
+    const int64_t P = h_PD.size(0), Hk = la.num_key_heads, Hv = la.num_value_heads;
+    const int64_t dk = la.key_head_dim, dv = la.value_head_dim;
+    const LinearFn& lin = ctx.linear_override;
+    const auto& cu = ctx.batch.cu_seqlens;
+    auto qkv_PC = apply_linear(lin, h_PD, p[kQkv], {});
+    auto z_PHV = apply_linear(lin, h_PD, p[kZ], {}).view({P, Hv, dv});
+    auto b_PH = apply_linear(lin, h_PD, p[kB], {});
+    auto a_PH = apply_linear(lin, h_PD, p[kA], {});
+    constexpr int64_t kChunk = 64;  // the chunk of the gated delta rule (transformers' default)
+    auto conv_BTC = causal_conv1d_silu(pad_documents(qkv_PC, cu, kChunk), p[kConv]);
+    const int64_t B = conv_BTC.size(0), T = conv_BTC.size(1);
+    auto parts = conv_BTC.split_with_sizes({Hk * dk, Hk * dk, Hv * dv}, 2);
+    auto q_BTHK = parts[0].reshape({B, T, Hk, dk});
+    auto k_BTHK = parts[1].reshape({B, T, Hk, dk});
+    auto v_BTHV = parts[2].reshape({B, T, Hv, dv});
+    // beta and the log decay g, zero at padded positions (so the state passes them unchanged).
+    auto beta_PH = at::sigmoid(b_PH);
+    auto g_PH = -p[kALog].to(at::kFloat).exp() * at::softplus(a_PH.to(at::kFloat) + p[kDtBias]);
+    auto out = chunk_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, pad_documents(g_PH, cu, kChunk),
+                                      pad_documents(beta_PH, cu, kChunk), {}, kChunk);
+    auto o_PHV = unpad_documents(out.o_BTHV, cu);
+    return apply_linear(lin, gated_norm(o_PHV, z_PHV, p[kGatedNorm]).reshape({P, Hv * dv}), p[kOut],
+                        {});
+  }
+
+  // RMSNorm over each head's output (fp32, cast back, scaled), times SiLU of the gate z.
+  at::Tensor gated_norm(const at::Tensor& o_PHV, const at::Tensor& z_PHV,
+                        const at::Tensor& weight) const {
+    const auto dtype = o_PHV.scalar_type();
+    auto of = o_PHV.to(at::kFloat);
+    of = of * at::rsqrt(of.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+    auto y = weight * of.to(dtype);
+    return (y * at::silu(z_PHV.to(at::kFloat))).to(dtype);
+  }
+
+  // Softmax attention whose output each head gates with sigmoid(q_proj's second half).
+  at::Tensor gated_attention(int64_t layer, const UnitTensors& p, const at::Tensor& h_PD,
+                             const ForwardContext& ctx) const {
+    const auto& c = config_;
+    const int64_t P = h_PD.size(0), N = c.num_attention_heads, K = c.num_key_value_heads;
+    const int64_t H = c.head_dim;
+    const double eps = c.rms_norm_eps;
+    auto opt = [&](int slot) { return c.qkv_bias ? p[slot] : at::Tensor(); };
+    const LinearFn& lin = ctx.linear_override;
+    auto qg_PNH2 = apply_linear(lin, h_PD, p[kQ], opt(kQBias)).view({P, N, 2 * H});
+    auto gate_PNH = qg_PNH2.slice(2, H, 2 * H).reshape({P, N * H});
+    auto q_PNH = zero_centered_rms_norm(qg_PNH2.slice(2, 0, H), p[kQNorm], eps);
+    auto k_PKH = zero_centered_rms_norm(apply_linear(lin, h_PD, p[kK], opt(kKBias)).view({P, K, H}),
+                                        p[kKNorm], eps);
+    auto v_PKH = apply_linear(lin, h_PD, p[kV], opt(kVBias)).view({P, K, H});
+    q_PNH = partial_rope(q_PNH, ctx);
+    k_PKH = partial_rope(k_PKH, ctx);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(H));
+    auto o_PNH = ctx.attention_override
+                     ? ctx.attention_override(layer, q_PNH, k_PKH, v_PKH, scale)
+                     : attention(q_PNH, k_PKH, v_PKH, ctx.batch, ctx.attn, scale);
+    auto o_PD = o_PNH.reshape({P, N * H}) * at::sigmoid(gate_PNH);
+    return apply_linear(lin, o_PD, p[kO], opt(kOBias));
+  }
+
+  // RoPE on the first R dims of each head (R = the tables' width), the rest passed through.
+  static at::Tensor partial_rope(const at::Tensor& x_PNH, const ForwardContext& ctx) {
+    const int64_t R = ctx.cos_PH.size(1), H = x_PNH.size(2);
+    if (R == H) return apply_rope(x_PNH.contiguous(), ctx.cos_PH, ctx.sin_PH, ctx.fused_kernels);
+    auto turned =
+        apply_rope(x_PNH.slice(2, 0, R).contiguous(), ctx.cos_PH, ctx.sin_PH, ctx.fused_kernels);
+    return at::cat({turned, x_PNH.slice(2, R, H)}, 2);
+  }
+};
+
+// layer_types as given (each "linear_attention" or "full_attention"), or every
+// full_attention_interval-th layer full (transformers' default pattern).
+std::vector<int64_t> linear_layers(const Json& json, int64_t layers, const std::string& where) {
+  std::vector<std::string> types;
+  if (json.contains("layer_types") && !json["layer_types"].is_null()) {
+    types = json_get<std::vector<std::string>>(json, "layer_types", where);
+    FURLONG_CHECK(static_cast<int64_t>(types.size()) == layers, where, ": field 'layer_types' has ",
+                  types.size(), " entries for num_hidden_layers ", layers);
+  } else {
+    const auto interval = json_get_or<int64_t>(json, "full_attention_interval", 4, where);
+    FURLONG_CHECK(interval >= 1, where, ": full_attention_interval must be >= 1, got ", interval);
+    for (int64_t l = 0; l < layers; ++l) types.push_back((l + 1) % interval ? kLinear : kFull);
+  }
+  std::vector<int64_t> linear;
+  for (int64_t l = 0; l < layers; ++l) {
+    const auto& t = types[static_cast<size_t>(l)];
+    FURLONG_CHECK(t == kLinear || t == kFull, where, ": layer_types[", l, "] is '", t,
+                  "'; expected linear_attention or full_attention");
+    if (t == kLinear) linear.push_back(l);
+  }
+  return linear;
+}
+
+int64_t positive(const Json& json, const char* key, int64_t fallback, const std::string& where) {
+  const auto v = json_get_or<int64_t>(json, key, fallback, where);
+  FURLONG_CHECK(v > 0 && v <= 65536, where, ": field '", key, "' must be in [1, 65536], got ", v);
+  return v;
+}
+
+LinearAttentionConfig parse_linear_attention(const Json& json, int64_t layers,
+                                             const std::string& where) {
+  LinearAttentionConfig la;
+  la.layers = linear_layers(json, layers, where);
+  la.conv_kernel = positive(json, "linear_conv_kernel_dim", 4, where);
+  la.key_head_dim = positive(json, "linear_key_head_dim", 128, where);
+  la.value_head_dim = positive(json, "linear_value_head_dim", 128, where);
+  la.num_key_heads = positive(json, "linear_num_key_heads", 16, where);
+  la.num_value_heads = positive(json, "linear_num_value_heads", 32, where);
+  FURLONG_CHECK(la.num_value_heads % la.num_key_heads == 0, where, ": linear_num_value_heads ",
+                la.num_value_heads, " is not a multiple of linear_num_key_heads ",
+                la.num_key_heads);
+  return la;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& where) {
+  ConfigDefaults defaults{.vocab_size = 248320,
+                          .hidden_size = 4096,
+                          .intermediate_size = 12288,
+                          .num_hidden_layers = 32,
+                          .num_attention_heads = 16,
+                          .num_key_value_heads = 4,
+                          .head_dim = 256,
+                          .max_position_embeddings = 32768,
+                          .partial_rotary_factor = 0.25};
+  ModelConfig config = parse_decoder_config(json, where, defaults);
+  config.architecture = "Qwen3_5ForCausalLM";
+  const bool bias = json_get_or<bool>(json, "attention_bias", false, where);
+  config.qkv_bias = bias;
+  config.o_proj_bias = bias;
+  config.qk_norm = true;
+  config.zero_centered_norm = true;
+  config.attention_output_gate = true;
+  config.linear_attention = parse_linear_attention(json, config.num_hidden_layers, where);
+  return std::make_unique<Qwen35LM>(std::move(config));
+}
+
+std::unique_ptr<CausalLM> refuse_qwen3_5_multimodal(const Json&, const std::string& where) {
+  FURLONG_FAIL(where, ": Qwen3_5ForConditionalGeneration (the text model with its vision tower) ",
+               "is not loaded yet; furlong trains and serves the text model, "
+               "Qwen3_5ForCausalLM (model_type qwen3_5_text, weights under model.layers.*)");
+}
+
+}  // namespace furlong::models

@@ -1,0 +1,356 @@
+// Qwen3.5 (Qwen3_5ForCausalLM, hybrid Gated DeltaNet + gated softmax attention) against HF
+// transformers' own code (its pure-torch fallbacks: torch_chunk_gated_delta_rule and
+// causal_conv1d_fn), on tiny random models written by scripts/oracles/hf_model_oracle.py. The
+// oracle runs each document alone (transformers does not reset the DeltaNet state at a packed
+// row's position resets); furlong runs the documents packed, so each comparison is also the
+// packing property: a packed batch equals its documents run one by one.
+//
+// Tolerances (the forward budget of tests/common/tolerances.h, docs/testing.md):
+//  * A DeltaNet layer has more reductions than a softmax one. Per layer, in order: the input
+//    norm (D terms), the four in-projections (D), the conv (W), the q/k L2 norms (dk), within a
+//    chunk k_beta k^T and q k^T (dk), the unit-triangular solves (C = 64 terms), the state
+//    reads k_cumdecay S and q S (dk), intra-chunk attention times v_new (C), the state update
+//    k^T v_new (C per chunk, summed over the T/C chunks: T), the gated norm (dv), out_proj
+//    (Hv dv), the post norm (D) and the MLP (D, F): 16. The solves do not amplify errors: their
+//    matrix is I + strictly-lower(beta k k^T decay), whose inverse applies products of
+//    (I - beta k k^T) exp(g), contractions for unit k, beta in (0, 1) and g <= 0. So the fp32
+//    budget of one implementation is gamma_prob(16 L + 2) k_max) times the logits' absolute
+//    scale, with k_max the longest of D, F, 2 N H, Hv dv, C and the longest document; furlong
+//    vs transformers is twice that (through the exact value).
+//  * fp32 log-probs and gradients as in model_parity_test.cpp (same arguments): log-probs
+//    within twice the logit bound plus both sides' log_softmax rounding; gradients norm-wise
+//    within 1e-4.
+//  * bf16: furlong's error against the fp32 model is at most 1.5x transformers' own bf16 error,
+//    and furlong vs transformers at most 2.5x (triangle inequality).
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/test_util.h"
+#include "common/tolerances.h"
+#include "core/files.h"
+#include "engine/engine.h"
+#include "io/safetensors.h"
+#include "models/gated_delta_net.h"
+#include "models/hf_model.h"
+#include "models/logprobs.h"
+#include "models/registry.h"
+
+namespace furlong::models {
+namespace {
+
+using testing::max_abs_diff;
+
+struct Case {
+  std::string name;
+  Json config;
+  std::string dtype = "float32";
+  int seed = 0;
+};
+
+// A tiny Qwen3.5: 4 layers (3 DeltaNet, then softmax attention by the default interval), GQA
+// in both kinds, d_k != d_v, partial rotary 0.25 of head_dim 16 (4 dims turned).
+Json tiny_qwen3_5(const Json& overrides = Json::object()) {
+  Json c{{"architectures", {"Qwen3_5ForCausalLM"}},
+         {"model_type", "qwen3_5_text"},
+         {"vocab_size", 97},
+         {"hidden_size", 48},
+         {"intermediate_size", 96},
+         {"num_hidden_layers", 4},
+         {"num_attention_heads", 4},
+         {"num_key_value_heads", 2},
+         {"head_dim", 16},
+         {"linear_num_key_heads", 2},
+         {"linear_num_value_heads", 4},
+         {"linear_key_head_dim", 8},
+         {"linear_value_head_dim", 12},
+         {"linear_conv_kernel_dim", 4},
+         {"max_position_embeddings", 256},
+         {"tie_word_embeddings", false},
+         {"initializer_range", 0.1},
+         {"rms_norm_eps", 1e-6}};
+  c.merge_patch(overrides);
+  return c;
+}
+
+std::vector<Case> all_cases() {
+  return {
+      {"qwen3_5_default_pattern", tiny_qwen3_5(), "float32", 21},
+      // Full attention first and last, equal q/k and value heads, conv 3, half the head turned,
+      // tied embeddings.
+      {"qwen3_5_pattern_tied",
+       tiny_qwen3_5(
+           {{"layer_types",
+             {"full_attention", "linear_attention", "linear_attention", "full_attention"}},
+            {"linear_num_value_heads", 2},
+            {"linear_conv_kernel_dim", 3},
+            {"rope_parameters",
+             {{"rope_type", "default"}, {"rope_theta", 1000.0}, {"partial_rotary_factor", 0.5}}},
+            {"tie_word_embeddings", true}}),
+       "float32", 22},
+      {"qwen3_5_bf16", tiny_qwen3_5(), "bfloat16", 23},
+  };
+}
+
+// Three documents, one longer than a 64-token chunk (the state crosses a chunk boundary).
+std::vector<std::vector<int64_t>> test_documents() {
+  std::mt19937 rng(4321);
+  std::uniform_int_distribution<int64_t> token(0, 96);
+  std::vector<std::vector<int64_t>> docs;
+  for (int len : {9, 70, 6}) {
+    std::vector<int64_t> doc(len);
+    for (auto& t : doc) t = token(rng);
+    docs.push_back(doc);
+  }
+  return docs;
+}
+
+std::pair<at::Tensor, at::Tensor> next_token_targets(
+    const std::vector<std::vector<int64_t>>& docs) {
+  std::vector<int64_t> targets;
+  std::vector<uint8_t> valid;
+  for (const auto& d : docs) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      const bool last = i + 1 == d.size();
+      targets.push_back(last ? 0 : d[i + 1]);
+      valid.push_back(!last);
+    }
+  }
+  const auto n = static_cast<int64_t>(targets.size());
+  return {at::from_blob(targets.data(), {n}, at::kLong).clone(),
+          at::from_blob(valid.data(), {n}, at::kByte).clone().to(at::kBool)};
+}
+
+double k_max(const Json& c) {
+  size_t longest = 0;
+  for (const auto& d : test_documents()) longest = std::max(longest, d.size());
+  return static_cast<double>(std::max<int64_t>(
+      {c["hidden_size"].get<int64_t>(), c["intermediate_size"].get<int64_t>(),
+       2 * c["num_attention_heads"].get<int64_t>() * c["head_dim"].get<int64_t>(),
+       c["linear_num_value_heads"].get<int64_t>() * c["linear_value_head_dim"].get<int64_t>(),
+       int64_t{64}, static_cast<int64_t>(longest)}));
+}
+
+// One implementation's fp32 rounding budget per logit (header comment).
+double logits_budget(const Json& c, double abs_scale) {
+  const double reductions = 16.0 * c["num_hidden_layers"].get<double>() + 2;
+  return testing::tol::gamma_prob(reductions * k_max(c), testing::tol::kUFp32) * abs_scale;
+}
+
+class Qwen35Parity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto docs = test_documents();
+    Json plan = Json::array();
+    for (const auto& c : all_cases()) {
+      Json want = Json::array({"logits", "logprobs"});
+      want.push_back(c.dtype == "float32" ? "grads" : "fp32_reference");
+      plan.push_back({{"name", c.name},
+                      {"mode", "create"},
+                      {"config", c.config},
+                      {"seed", c.seed},
+                      {"dtype", c.dtype},
+                      {"attn", "eager"},
+                      {"perturb", true},
+                      {"documents", docs},
+                      {"separate_documents", true},
+                      {"want", want}});
+    }
+    out_dir_ = testing::cached_oracle(
+        "qwen3_5_parity", "oracles/hf_model_oracle.py", plan.dump(), [&](const auto& dir) {
+          write_file_atomic(dir / "plan.json", plan.dump());
+          return std::vector<std::string>{(dir / "plan.json").string(), dir.string()};
+        });
+  }
+  static std::shared_ptr<io::SafetensorsFile> outputs(const std::string& name) {
+    return io::SafetensorsFile::open(out_dir_ / name / "outputs.safetensors");
+  }
+  static std::unique_ptr<CausalLM> load(const Case& c) {
+    return load_hf_model(out_dir_ / c.name / "model",
+                         {.dtype = c.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  }
+  static ForwardOptions options(bool fused, bool checkpoint = false) {
+    return {.attn = AttnImpl::kEager,
+            .activation_checkpointing = checkpoint,
+            .fused_kernels = fused,
+            .moe = {}};
+  }
+  static at::Tensor next_logprobs(const CausalLM& model, const at::Tensor& hidden_PD) {
+    auto [targets, valid] = next_token_targets(test_documents());
+    const auto& w = model.weights();
+    auto lp = token_logprobs(hidden_PD, model.head_weight(w[0], w[model.final_unit()]), targets,
+                             {.with_entropy = false})
+                  .logprobs_T;
+    return at::where(valid, lp, at::zeros_like(lp));
+  }
+  static double logprob_rounding(const at::Tensor& ref_logits_TV) {
+    auto [targets, valid] = next_token_targets(test_documents());
+    double worst = 0;
+    for (int64_t r = 0; r < ref_logits_TV.size(0); ++r) {
+      if (!valid[r].item<bool>()) continue;
+      worst = std::max(
+          worst, testing::tol::fp32_softmax_row_bound(ref_logits_TV[r], targets[r].item<int64_t>())
+                     .logprob_rounding);
+    }
+    return worst;
+  }
+  static std::filesystem::path out_dir_;
+};
+std::filesystem::path Qwen35Parity::out_dir_;
+
+TEST_F(Qwen35Parity, PackedFp32LogitsAndLogprobsEqualTransformersPerDocument) {
+  auto batch = PackedBatch::from_documents(test_documents());
+  for (const auto& c : all_cases()) {
+    if (c.dtype != "float32") continue;
+    auto model = load(c);
+    auto ref = outputs(c.name);
+    c10::NoGradGuard no_grad;
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
+      auto hidden = model->forward_hidden(batch, options(fused));
+      const auto& w = model->weights();
+      const auto& head = model->head_weight(w[0], w[model->final_unit()]);
+      auto logits = at::linear(hidden, head);
+      const double logits_tol =
+          2 * logits_budget(c.config, testing::tol::head_abs_scale(hidden, head));
+      const double lp_tol = 2 * logits_tol + 2 * logprob_rounding(ref->tensor("logits"));
+      // Meaningful: a wrong mixer (no state reset, no gate, full rotary) moves these log-probs
+      // by 1e-2 and more.
+      EXPECT_LT(lp_tol, 5e-3) << "the bound must stay meaningful";
+      const double logits_diff = max_abs_diff(logits, ref->tensor("logits"));
+      const double lp_diff = max_abs_diff(next_logprobs(*model, hidden), ref->tensor("logprobs"));
+      RecordProperty(c.name + "_logits_max_abs_diff", std::to_string(logits_diff));
+      EXPECT_LE(testing::tol::noted("qwen3_5_logits_fp32", logits_diff, logits_tol), logits_tol);
+      EXPECT_LE(testing::tol::noted("qwen3_5_logprobs_fp32", lp_diff, lp_tol), lp_tol);
+    }
+  }
+}
+
+TEST_F(Qwen35Parity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
+  auto batch = PackedBatch::from_documents(test_documents());
+  for (const auto& c : all_cases()) {
+    if (c.dtype != "bfloat16") continue;
+    auto model = load(c);
+    auto ref = outputs(c.name);
+    c10::NoGradGuard no_grad;
+    auto lp = next_logprobs(*model, model->forward_hidden(batch, options(true)));
+    auto lp_fp32 = ref->tensor("logprobs_fp32");
+    const double hf_error = max_abs_diff(ref->tensor("logprobs"), lp_fp32);
+    EXPECT_GT(hf_error, 0.0) << "bf16 reference should differ from fp32";
+    EXPECT_LE(max_abs_diff(lp, lp_fp32), 1.5 * hf_error);
+    EXPECT_LE(max_abs_diff(lp, ref->tensor("logprobs")), 2.5 * hf_error);
+  }
+}
+
+TEST_F(Qwen35Parity, GradientsEqualTransformersWithAndWithoutCheckpointing) {
+  auto docs = test_documents();
+  auto batch = PackedBatch::from_documents(docs);
+  auto [targets, valid] = next_token_targets(docs);
+  auto rows = valid.nonzero().squeeze(1);
+  for (const auto& c : all_cases()) {
+    if (c.dtype != "float32") continue;
+    auto ref = outputs(c.name);
+    for (bool checkpoint : {false, true}) {
+      SCOPED_TRACE(c.name + (checkpoint ? " (activation checkpointing)" : ""));
+      auto model = load(c);
+      model->set_requires_grad(true);
+      auto hidden = model->forward_hidden(batch, options(true, checkpoint));
+      const auto& w = model->weights();
+      auto lp = token_logprobs(hidden.index_select(0, rows),
+                               model->head_weight(w[0], w[model->final_unit()]),
+                               targets.index_select(0, rows), {.with_entropy = false});
+      (-lp.logprobs_T.mean()).backward();
+      int checked = 0;
+      for (const auto& [name, tensor] : model->named_weights()) {
+        ASSERT_TRUE(tensor.grad().defined()) << name;
+        auto ref_grad = ref->tensor("grad." + name);
+        const double rel = (tensor.grad() - ref_grad).norm().item<double>() /
+                           std::max(ref_grad.norm().item<double>(), 1e-12);
+        EXPECT_LE(testing::tol::noted("qwen3_5_grad_rel", rel, 1e-4), 1e-4) << name;
+        ++checked;
+      }
+      EXPECT_EQ(checked, static_cast<int>(model->named_weights().size()));
+    }
+  }
+}
+
+// The chunked rule (whole sequences, state carried over chunks) equals the recurrent rule (one
+// token at a time) on random inputs, outputs and final states: the same recurrence, with the
+// chunked form's extra reductions (solves over C, sums over dk) under the fp32 budget of
+// gamma_prob(8 * max(C, T, dk)) relative to the outputs' scale (both are contractions of
+// unit-norm keys, so the state stays bounded by the sum of |v|).
+TEST(GatedDeltaRule, ChunkedEqualsRecurrentAndCarriesTheStateAcrossChunks) {
+  at::manual_seed(5);
+  const int64_t B = 2, T = 150, Hk = 2, Hv = 4, dk = 8, dv = 6;
+  auto q = at::randn({B, T, Hk, dk}), k = at::randn({B, T, Hk, dk}), v = at::randn({B, T, Hv, dv});
+  auto g = -at::rand({B, T, Hv}) * 0.5, beta = at::rand({B, T, Hv});
+  auto s0 = at::randn({B, Hv, dk, dv}) * 0.1;
+  auto chunked = chunk_gated_delta_rule(q, k, v, g, beta, s0, 32);
+  auto recurrent = recurrent_gated_delta_rule(q, k, v, g, beta, s0);
+  const double scale = v.abs().sum(1).max().item<double>() + s0.abs().max().item<double>();
+  const double tol = testing::tol::gamma_prob(8.0 * T, testing::tol::kUFp32) * scale;
+  EXPECT_LE(max_abs_diff(chunked.o_BTHV, recurrent.o_BTHV), tol);
+  EXPECT_LE(max_abs_diff(chunked.state_BHKV, recurrent.state_BHKV), tol);
+  // Two halves with the state handed over equal the whole.
+  auto first = chunk_gated_delta_rule(q.slice(1, 0, 70), k.slice(1, 0, 70), v.slice(1, 0, 70),
+                                      g.slice(1, 0, 70), beta.slice(1, 0, 70), s0, 32);
+  auto second = chunk_gated_delta_rule(q.slice(1, 70), k.slice(1, 70), v.slice(1, 70),
+                                       g.slice(1, 70), beta.slice(1, 70), first.state_BHKV, 32);
+  EXPECT_LE(max_abs_diff(at::cat({first.o_BTHV, second.o_BTHV}, 1), recurrent.o_BTHV), tol);
+}
+
+// The conv with a carried window equals the conv over the whole sequence.
+TEST(GatedDeltaRule, CausalConvWithAWindowContinuesTheSequence) {
+  at::manual_seed(6);
+  const int64_t W = 4, C = 10;
+  auto x = at::randn({1, 20, C}), w = at::randn({C, 1, W});
+  auto whole = causal_conv1d_silu(x, w);
+  auto window = x.slice(1, 12 - (W - 1), 12).transpose(1, 2);
+  auto rest = causal_conv1d_silu(x.slice(1, 12), w, window);
+  EXPECT_LE(max_abs_diff(rest, whole.slice(1, 12)), 1e-5);
+}
+
+// The rollout engine holds no recurrent state yet: it refuses the model, naming it.
+TEST_F(Qwen35Parity, TheEngineRefusesDeltaNetModelsByName) {
+  engine::EngineOptions o;
+  o.dtype = "float32";
+  o.device = "cpu";
+  o.max_total_tokens = 1024;
+  const auto dir = testing::scratch_dir() / "engine_model";
+  std::filesystem::copy(out_dir_ / all_cases()[0].name / "model", dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(testing::source_dir() / "examples/tokenizers/arith" / f, dir / f);
+  }
+  auto msg = testing::error_of([&] { engine::Engine::load(dir.string(), o); });
+  EXPECT_NE(msg.find("Gated DeltaNet (linear_attention) layers"), std::string::npos) << msg;
+}
+
+TEST(Qwen35Config, BadFieldsNameThemselves) {
+  auto bad_type = tiny_qwen3_5(
+      {{"layer_types", {"linear_attention", "sliding", "linear_attention", "full_attention"}}});
+  auto msg = testing::error_of([&] { create_model(bad_type, "cfg.json"); });
+  EXPECT_NE(msg.find("layer_types[1] is 'sliding'"), std::string::npos) << msg;
+  auto short_types = tiny_qwen3_5({{"layer_types", {"full_attention"}}});
+  msg = testing::error_of([&] { create_model(short_types, "cfg.json"); });
+  EXPECT_NE(msg.find("'layer_types' has 1 entries for num_hidden_layers 4"), std::string::npos)
+      << msg;
+  auto heads = tiny_qwen3_5({{"linear_num_value_heads", 3}});
+  msg = testing::error_of([&] { create_model(heads, "cfg.json"); });
+  EXPECT_NE(msg.find("linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2"),
+            std::string::npos)
+      << msg;
+  Json multimodal{{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                  {"model_type", "qwen3_5"}};
+  msg = testing::error_of([&] { create_model(multimodal, "cfg.json"); });
+  EXPECT_NE(msg.find("Qwen3_5ForCausalLM"), std::string::npos) << msg;
+  // Partial rotary is the architecture's: 0.25 when absent, and refused for Qwen3.
+  auto model = create_model(tiny_qwen3_5(), "cfg.json");
+  EXPECT_EQ(model->config().rope.partial_rotary_factor, 0.25);
+  EXPECT_EQ(model->config().linear_attention.layers, (std::vector<int64_t>{0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace furlong::models
