@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/hf_oracle.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
 #include "common/tolerances.h"
@@ -158,23 +159,6 @@ std::vector<std::vector<int64_t>> test_loss_mask(const std::vector<std::vector<i
   return masks;
 }
 
-// targets[t] = next token in the same document, valid[t] = it exists and is masked in.
-std::pair<at::Tensor, at::Tensor> next_token_targets(
-    const std::vector<std::vector<int64_t>>& docs, const std::vector<std::vector<int64_t>>* masks) {
-  std::vector<int64_t> targets;
-  std::vector<uint8_t> valid;
-  for (size_t d = 0; d < docs.size(); ++d) {
-    for (size_t i = 0; i < docs[d].size(); ++i) {
-      bool last = i + 1 == docs[d].size();
-      targets.push_back(last ? 0 : docs[d][i + 1]);
-      valid.push_back(!last && (masks == nullptr || (*masks)[d][i + 1] != 0));
-    }
-  }
-  auto n = static_cast<int64_t>(targets.size());
-  return {at::from_blob(targets.data(), {n}, at::kLong).clone(),
-          at::from_blob(valid.data(), {n}, at::kByte).clone().to(at::kBool)};
-}
-
 // The longest reduction in a block: hidden size, MLP width, attention width (heads * head_dim) or
 // the longest document (attention over positions).
 double k_max(const Json& config) {
@@ -204,18 +188,8 @@ double logits_budget(const Json& config, double abs_scale) {
   return testing::tol::gamma_prob(reductions * k_max(config), testing::tol::kUFp32) * abs_scale;
 }
 
-// max over the scored rows of the fp32 log_softmax rounding bound of one implementation.
 double max_logprob_rounding(const at::Tensor& ref_logits_TV) {
-  auto docs = test_documents();
-  auto [targets, valid] = next_token_targets(docs, nullptr);
-  double worst = 0;
-  for (int64_t r = 0; r < ref_logits_TV.size(0); ++r) {
-    if (!valid[r].item<bool>()) continue;
-    worst = std::max(
-        worst, testing::tol::fp32_softmax_row_bound(ref_logits_TV[r], targets[r].item<int64_t>())
-                   .logprob_rounding);
-  }
-  return worst;
+  return testing::max_logprob_rounding(ref_logits_TV, test_documents());
 }
 
 // furlong's recorded expert ids ([P, L, K], -1 for dense layers) against transformers' (the
@@ -267,11 +241,7 @@ class ModelParity : public ::testing::Test {
                       {"loss_mask", test_loss_mask(docs)},
                       {"want", want}});
     }
-    out_dir_ = testing::cached_oracle(
-        "model_parity", "oracles/hf_model_oracle.py", plan.dump(), [&](const auto& dir) {
-          write_file_atomic(dir / "plan.json", plan.dump());
-          return std::vector<std::string>{(dir / "plan.json").string(), dir.string()};
-        });
+    out_dir_ = testing::run_hf_model_oracle("model_parity", plan);
   }
 
   static std::shared_ptr<io::SafetensorsFile> outputs(const std::string& name) {
@@ -291,7 +261,7 @@ class ModelParity : public ::testing::Test {
   static at::Tensor packed_logprobs(const CausalLM& model, const PackedBatch& batch,
                                     const ForwardOptions& opts) {
     auto docs = test_documents();
-    auto [targets, valid] = next_token_targets(docs, nullptr);
+    auto [targets, valid] = testing::next_token_targets(docs, nullptr);
     auto hidden = model.forward_hidden(batch, opts);
     const auto& w = model.weights();
     auto lp = token_logprobs(hidden, model.head_weight(w[0], w[model.final_unit()]), targets,
@@ -412,7 +382,7 @@ TEST_F(ModelParity, GradientsMatchTransformersWithAndWithoutCheckpointing) {
   auto docs = test_documents();
   auto masks = test_loss_mask(docs);
   auto batch = PackedBatch::from_documents(docs);
-  auto [targets, valid] = next_token_targets(docs, &masks);
+  auto [targets, valid] = testing::next_token_targets(docs, &masks);
   auto rows = valid.nonzero().squeeze(1);
   for (const auto& c : all_cases()) {
     if (!c.grads) continue;

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/hf_oracle.h"
 #include "common/test_util.h"
 #include "common/tolerances.h"
 #include "core/files.h"
@@ -108,22 +109,6 @@ std::vector<std::vector<int64_t>> test_documents() {
   return docs;
 }
 
-std::pair<at::Tensor, at::Tensor> next_token_targets(
-    const std::vector<std::vector<int64_t>>& docs) {
-  std::vector<int64_t> targets;
-  std::vector<uint8_t> valid;
-  for (const auto& d : docs) {
-    for (size_t i = 0; i < d.size(); ++i) {
-      const bool last = i + 1 == d.size();
-      targets.push_back(last ? 0 : d[i + 1]);
-      valid.push_back(!last);
-    }
-  }
-  const auto n = static_cast<int64_t>(targets.size());
-  return {at::from_blob(targets.data(), {n}, at::kLong).clone(),
-          at::from_blob(valid.data(), {n}, at::kByte).clone().to(at::kBool)};
-}
-
 double k_max(const Json& c) {
   size_t longest = 0;
   for (const auto& d : test_documents()) longest = std::max(longest, d.size());
@@ -159,11 +144,7 @@ class Qwen35Parity : public ::testing::Test {
                       {"separate_documents", true},
                       {"want", want}});
     }
-    out_dir_ = testing::cached_oracle(
-        "qwen3_5_parity", "oracles/hf_model_oracle.py", plan.dump(), [&](const auto& dir) {
-          write_file_atomic(dir / "plan.json", plan.dump());
-          return std::vector<std::string>{(dir / "plan.json").string(), dir.string()};
-        });
+    out_dir_ = testing::run_hf_model_oracle("qwen3_5_parity", plan);
   }
   static std::shared_ptr<io::SafetensorsFile> outputs(const std::string& name) {
     return io::SafetensorsFile::open(out_dir_ / name / "outputs.safetensors");
@@ -179,23 +160,12 @@ class Qwen35Parity : public ::testing::Test {
             .moe = {}};
   }
   static at::Tensor next_logprobs(const CausalLM& model, const at::Tensor& hidden_PD) {
-    auto [targets, valid] = next_token_targets(test_documents());
+    auto [targets, valid] = testing::next_token_targets(test_documents());
     const auto& w = model.weights();
     auto lp = token_logprobs(hidden_PD, model.head_weight(w[0], w[model.final_unit()]), targets,
                              {.with_entropy = false})
                   .logprobs_T;
     return at::where(valid, lp, at::zeros_like(lp));
-  }
-  static double logprob_rounding(const at::Tensor& ref_logits_TV) {
-    auto [targets, valid] = next_token_targets(test_documents());
-    double worst = 0;
-    for (int64_t r = 0; r < ref_logits_TV.size(0); ++r) {
-      if (!valid[r].item<bool>()) continue;
-      worst = std::max(
-          worst, testing::tol::fp32_softmax_row_bound(ref_logits_TV[r], targets[r].item<int64_t>())
-                     .logprob_rounding);
-    }
-    return worst;
   }
   static std::filesystem::path out_dir_;
 };
@@ -216,7 +186,8 @@ TEST_F(Qwen35Parity, PackedFp32LogitsAndLogprobsEqualTransformersPerDocument) {
       auto logits = at::linear(hidden, head);
       const double logits_tol =
           2 * logits_budget(c.config, testing::tol::head_abs_scale(hidden, head));
-      const double lp_tol = 2 * logits_tol + 2 * logprob_rounding(ref->tensor("logits"));
+      const double lp_tol = 2 * logits_tol + 2 * testing::max_logprob_rounding(
+                                                     ref->tensor("logits"), test_documents());
       // Meaningful: a wrong mixer (no state reset, no gate, full rotary) moves these log-probs
       // by 1e-2 and more.
       EXPECT_LT(lp_tol, 5e-3) << "the bound must stay meaningful";
@@ -248,7 +219,7 @@ TEST_F(Qwen35Parity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
 TEST_F(Qwen35Parity, GradientsEqualTransformersWithAndWithoutCheckpointing) {
   auto docs = test_documents();
   auto batch = PackedBatch::from_documents(docs);
-  auto [targets, valid] = next_token_targets(docs);
+  auto [targets, valid] = testing::next_token_targets(docs);
   auto rows = valid.nonzero().squeeze(1);
   for (const auto& c : all_cases()) {
     if (c.dtype != "float32") continue;
