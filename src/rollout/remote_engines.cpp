@@ -201,7 +201,7 @@ class RemoteEngines : public RolloutEngines {
       stopping_ = true;
     }
     report_cv_.notify_all();
-    pool_.reset();  // runs the requests still queued, then joins
+    pool_.reset();                               // runs the requests still queued, then joins
     if (reporter_.joinable()) reporter_.join();  // not started on ranks other than 0
     // Engines leave the weight group before its store (held by group_) goes away, and are
     // stopped before it too, so nobody talks to a closed store on the way out.
@@ -614,7 +614,7 @@ class RemoteEngines : public RolloutEngines {
   std::condition_variable idle_cv_;
   std::condition_variable report_cv_;  // wakes report_long_waits() to stop
   std::list<Waiting> waiting_;
-  std::optional<SyncState> sync_;  // the weight sync in progress, if any
+  std::optional<SyncState> sync_;     // the weight sync in progress, if any
   std::unique_ptr<WorkerPool> pool_;  // sends the requests: 64 threads per engine
   std::thread reporter_;              // report_long_waits()
   size_t next_engine_ = 0;
