@@ -216,11 +216,6 @@ void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
                 "engine: recording routed experts (--enable-return-routed-experts, rollout "
                 "routing replay) needs a mixture-of-experts model; ",
                 cfg.architecture, " from ", hf_dir, " has no routed experts");
-  // The engine keeps per-sequence KV blocks only; Gated DeltaNet layers need a recurrent state
-  // per sequence as well, which it does not hold yet (the trainer computes these models).
-  FURLONG_CHECK(!cfg.linear_attention.enabled(), "engine: ", cfg.architecture, " from ", hf_dir,
-                " has Gated DeltaNet (linear_attention) layers, which furlong's rollout engine "
-                "does not run yet; only the trainer (SFT, scoring) computes this model");
   context_length =
       options.context_length > 0 ? options.context_length : cfg.max_position_embeddings;
   FURLONG_CHECK(options.prepack_weights != PrepackWeights::kOn || !device.is_cpu() ||
@@ -511,11 +506,13 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
   std::vector<std::mt19937_64> rngs_before;
   for (const auto& s : seqs) {
     int64_t n = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
-    steps.push_back({s->tokens.data() + s->num_cached, n, s->num_cached, s->slots});
+    steps.push_back(
+        {s->tokens.data() + s->num_cached, n, s->num_cached, s->slots, &s->linear_state});
     rngs_before.push_back(s->rng);
   }
   try {
-    auto hidden_BD = paged_forward(*model, *cache, steps, forward, &packed_weights);
+    StagedLinearStates staged;
+    auto hidden_BD = paged_forward(*model, *cache, steps, forward, &packed_weights, &staged);
     auto logits_BV = lm_head_logits(*model, hidden_BD, &packed_weights);
     std::vector<at::Tensor> penalized_V(seqs.size());
     auto chosen = choose_tokens(seqs, logits_BV, penalized_V);
@@ -537,6 +534,7 @@ std::pair<std::vector<int64_t>, std::vector<float>> Engine::Impl::forward_and_sa
       }
     }
     for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pending_top = std::move(tops[i]);
+    if (staged.commit) staged.commit();  // nothing below throws: the step has succeeded
     return {chosen, logprobs};
   } catch (...) {
     // A retry must draw the same tokens: give every sequence its generator back.

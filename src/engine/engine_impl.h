@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_cache.h"
+#include "engine/paged_forward.h"
 #include "kernels/packed_linear.h"
 #include "models/causal_lm.h"
 #include "models/hf_model.h"
@@ -51,6 +52,8 @@ struct Sequence {
   std::string error;  // why the engine ended it, when a step failed (finish reason abort)
   // Generated-token counts, kept only when sampling.penalized() (the penalties read them).
   std::unordered_map<int64_t, int64_t> generated_counts;
+  // Gated DeltaNet models: the conv windows and recurrent states after num_cached tokens.
+  LinearState linear_state;
   // Top log-probs of the token forward_and_sample just drew (top_logprobs_num > 0);
   // append_token moves them into out.output_top_logprobs.
   TopLogprobs pending_top;

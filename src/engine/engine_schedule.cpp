@@ -246,10 +246,13 @@ void Engine::Impl::prefill_chunks(
     const std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>>& chunks) {
   std::vector<StepSequence> steps;
   for (const auto& [s, take] : chunks) {
-    steps.push_back({s->tokens.data() + s->num_cached, take, s->num_cached, s->slots});
+    steps.push_back(
+        {s->tokens.data() + s->num_cached, take, s->num_cached, s->slots, &s->linear_state});
   }
   try {
-    paged_forward(*model, *cache, steps, forward, &packed_weights);
+    StagedLinearStates staged;
+    paged_forward(*model, *cache, steps, forward, &packed_weights, &staged);
+    if (staged.commit) staged.commit();
   } catch (const std::exception& e) {
     if (chunks.size() == 1) return fail_with_followers(*chunks[0].first, e.what());
     for (const auto& c : chunks) prefill_chunks({c});
@@ -410,6 +413,16 @@ void Engine::Impl::finish_sharing(const std::vector<std::shared_ptr<Sequence>>& 
     const int64_t n = f->prompt_len - from;
     cache->copy_slots(f->slots.narrow(0, from, n), own.narrow(0, from, n));
     f->slots = own;
+    // DeltaNet models: the follower continues from the leader's state after the prompt.
+    const RequestId leader = leader_of.at(f->id);
+    for (const auto& s : seqs) {
+      if (s->id != leader) continue;
+      f->linear_state.clear();
+      for (const auto& [window, state] : s->linear_state) {
+        f->linear_state.emplace_back(window.defined() ? window.clone() : window,
+                                     state.defined() ? state.clone() : state);
+      }
+    }
   }
   // Every leader in `seqs` has now prefilled its prompt: no one else may join it.
   std::lock_guard<std::mutex> lock(mu);

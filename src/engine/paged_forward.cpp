@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/decode_attention.h"
 #include "kernels/inference_linear.h"
+#include "models/gated_delta_net.h"
 #include "models/layers.h"
 
 namespace furlong::engine {
@@ -156,12 +157,63 @@ void store_routing(const models::CausalLM& model, KvCache& cache, const models::
   pool.index_copy_(0, slots_P, ids_PLK);
 }
 
+// The step's sequences' DeltaNet states, stacked per layer for the model to read; what the
+// model writes is held until commit().
+class StepLinearStates : public models::LinearAttentionStates {
+ public:
+  StepLinearStates(const models::CausalLM& model, const std::vector<StepSequence>& seqs,
+                   c10::ScalarType dtype, c10::Device device)
+      : seqs_(seqs), staged_(static_cast<size_t>(model.num_layers())) {
+    const auto& la = model.config().linear_attention;
+    const int64_t C =
+        2 * la.num_key_heads * la.key_head_dim + la.num_value_heads * la.value_head_dim;
+    zero_window_ =
+        at::zeros({C, la.conv_kernel - 1}, at::TensorOptions().dtype(dtype).device(device));
+    zero_state_ = at::zeros({la.num_value_heads, la.key_head_dim, la.value_head_dim},
+                            at::TensorOptions().dtype(at::kFloat).device(device));
+    for (const auto& s : seqs_) {
+      FURLONG_ASSERT(s.linear_state != nullptr,
+                     "paged_forward: a DeltaNet model's sequence has no state");
+    }
+  }
+  std::pair<at::Tensor, at::Tensor> read(int64_t layer) const override {
+    std::vector<at::Tensor> windows, states;
+    for (const auto& s : seqs_) {
+      const auto& kept = *s.linear_state;
+      const bool has = static_cast<int64_t>(kept.size()) > layer &&
+                       kept[static_cast<size_t>(layer)].first.defined();
+      windows.push_back(has ? kept[static_cast<size_t>(layer)].first : zero_window_);
+      states.push_back(has ? kept[static_cast<size_t>(layer)].second : zero_state_);
+    }
+    return {at::stack(windows), at::stack(states)};
+  }
+  void write(int64_t layer, const at::Tensor& window_BCW, const at::Tensor& state_BHKV) override {
+    staged_[static_cast<size_t>(layer)] = {window_BCW, state_BHKV};
+  }
+  void commit() {
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      auto& kept = *seqs_[i].linear_state;
+      kept.resize(staged_.size());
+      for (size_t l = 0; l < staged_.size(); ++l) {
+        if (!staged_[l].first.defined()) continue;
+        const auto row = static_cast<int64_t>(i);
+        kept[l] = {staged_[l].first[row].clone(), staged_[l].second[row].clone()};
+      }
+    }
+  }
+
+ private:
+  std::vector<StepSequence> seqs_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged_;  // per layer: [B, ...] after the step
+  at::Tensor zero_window_, zero_state_;
+};
+
 }  // namespace
 
 at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
                          const std::vector<StepSequence>& seqs,
                          const models::ForwardOptions& options,
-                         const kernels::PackedWeights* packed) {
+                         const kernels::PackedWeights* packed, StagedLinearStates* staged) {
   FURLONG_ASSERT(!seqs.empty(), "paged_forward: no sequences");
   const auto& weights = model.weights();
   // Packed tokens, positions, document boundaries and the cache slots of the new tokens.
@@ -190,6 +242,12 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
     return kernels::inference_linear(x, w, b, packed);
   };
   ctx.grouped_linear_override = kernels::grouped_inference_linear;
+  if (model.config().linear_attention.enabled()) {
+    FURLONG_ASSERT(staged != nullptr, "paged_forward: a DeltaNet model needs `staged`");
+    auto states = std::make_shared<StepLinearStates>(model, seqs, x_PD.scalar_type(), device);
+    ctx.linear_states = states;
+    staged->commit = [states] { states->commit(); };
+  }
   if (cache.records_routing()) {
     ctx.moe = std::make_shared<models::MoeTrace>();
     ctx.moe->record = true;

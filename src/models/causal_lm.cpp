@@ -106,7 +106,7 @@ at::Tensor CausalLM::embed(const UnitTensors& params, const at::Tensor& tokens_P
 at::Tensor CausalLM::final_norm(const UnitTensors& params, const at::Tensor& x_PD,
                                 const ForwardContext& ctx) const {
   if (config_.zero_centered_norm)
-    return zero_centered_rms_norm(x_PD, params[0], config_.rms_norm_eps);
+    return zero_centered_rms_norm(x_PD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
   return rms_norm(x_PD, params[0], config_.rms_norm_eps, ctx.fused_kernels);
 }
 

@@ -29,6 +29,8 @@
 
 namespace furlong::models {
 
+class LinearAttentionStates;  // models/gated_delta_net.h
+
 enum class ParamInit { kNormal, kOnes, kZeros };
 
 struct ParamSpec {
@@ -77,6 +79,9 @@ struct ForwardContext {
   GroupedLinearFn grouped_linear_override;
   // Shared with ForwardOptions::moe (and so with a checkpointed block's recomputation).
   std::shared_ptr<MoeTrace> moe;
+  // Optional: the DeltaNet states each document starts from and leaves (the rollout engine's;
+  // models/gated_delta_net.h). Unset: every document starts from zero.
+  std::shared_ptr<LinearAttentionStates> linear_states;
 };
 
 class CausalLM {

@@ -97,18 +97,36 @@ at::Tensor unpad_documents(const at::Tensor& x_BT, const std::vector<int64_t>& c
 
 at::Tensor causal_conv1d_silu(const at::Tensor& x_BTC, const at::Tensor& weight_C1W,
                               const at::Tensor& window_BCW) {
-  const int64_t C = weight_C1W.size(0), W = weight_C1W.size(2), T = x_BTC.size(1);
-  auto x_BCT = x_BTC.transpose(1, 2).to(weight_C1W.scalar_type());
-  const std::vector<int64_t> one{1}, none{0}, causal{W - 1};
-  const std::optional<at::Tensor> no_bias;
-  at::Tensor y_BCT;
-  if (window_BCW.defined()) {
-    auto full = at::cat({window_BCW.to(x_BCT.scalar_type()), x_BCT}, 2);
-    y_BCT = at::conv1d(full, weight_C1W, no_bias, one, none, one, C);
-  } else {
-    y_BCT = at::conv1d(x_BCT, weight_C1W, no_bias, one, causal, one, C).slice(2, 0, T);
+  const int64_t B = x_BTC.size(0), T = x_BTC.size(1), C = x_BTC.size(2);
+  const int64_t W = weight_C1W.size(2);
+  if (T == 0) return x_BTC;  // a document with no new tokens (a follower riding its leader)
+  // The W taps summed in a fixed order in fp32, as elementwise ops: every output is the same
+  // bits wherever its document sits in a batch and however the weight is laid out (a library
+  // convolution picks its algorithm by shape and alignment).
+  auto x_BCT = x_BTC.transpose(1, 2).to(at::kFloat);
+  auto before = window_BCW.defined() ? window_BCW.to(at::kFloat)
+                                     : at::zeros({B, C, W - 1}, x_BCT.options());
+  auto full_BCL = at::cat({before, x_BCT}, 2);
+  auto w_CW = weight_C1W.select(1, 0).to(at::kFloat);
+  auto y_BCT = full_BCL.narrow(2, 0, T) * w_CW.select(1, 0).view({1, C, 1});
+  for (int64_t j = 1; j < W; ++j) {
+    y_BCT = y_BCT + full_BCL.narrow(2, j, T) * w_CW.select(1, j).view({1, C, 1});
   }
-  return at::silu(y_BCT).to(x_BTC.scalar_type()).transpose(1, 2);
+  return at::silu(y_BCT.to(weight_C1W.scalar_type())).to(x_BTC.scalar_type()).transpose(1, 2);
+}
+
+at::Tensor next_conv_windows(const at::Tensor& window_BCW, const at::Tensor& x_BTC,
+                             const std::vector<int64_t>& cu_seqlens) {
+  const int64_t B = x_BTC.size(0), C = x_BTC.size(2), keep = window_BCW.size(2);
+  auto full_BCL = at::cat({window_BCW.to(x_BTC.scalar_type()), x_BTC.transpose(1, 2)}, 2);
+  std::vector<int64_t> index;  // document b's window: positions n_b .. n_b + keep - 1 of full
+  for (int64_t b = 0; b < B; ++b) {
+    const auto n = cu_seqlens[static_cast<size_t>(b) + 1] - cu_seqlens[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < keep; ++j) index.push_back(n + j);
+  }
+  auto index_BCW =
+      at::tensor(index, at::kLong).to(x_BTC.device()).view({B, 1, keep}).expand({B, C, keep});
+  return full_BCL.gather(2, index_BCW);
 }
 
 GatedDeltaOut chunk_gated_delta_rule(const at::Tensor& q_BTHK, const at::Tensor& k_BTHK,
@@ -116,6 +134,7 @@ GatedDeltaOut chunk_gated_delta_rule(const at::Tensor& q_BTHK, const at::Tensor&
                                      const at::Tensor& beta_BTH, const at::Tensor& state0_BHKV,
                                      int64_t chunk) {
   Prepared p = prepare(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH);
+  if (p.T == 0) return {at::empty_like(v_BTHV), initial_state(p, state0_BHKV)};  // no tokens
   auto q = p.q * std::pow(static_cast<double>(p.dk), -0.5);
   const int64_t pad = (chunk - p.T % chunk) % chunk, N = (p.T + pad) / chunk;
   q = at::constant_pad_nd(q, {0, 0, 0, pad});
@@ -163,6 +182,7 @@ GatedDeltaOut recurrent_gated_delta_rule(const at::Tensor& q_BTHK, const at::Ten
                                          const at::Tensor& beta_BTH,
                                          const at::Tensor& state0_BHKV) {
   Prepared p = prepare(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH);
+  if (p.T == 0) return {at::empty_like(v_BTHV), initial_state(p, state0_BHKV)};  // no tokens
   auto q = p.q / std::sqrt(static_cast<double>(p.dk));
   auto state = initial_state(p, state0_BHKV);
   std::vector<at::Tensor> outs;

@@ -15,9 +15,23 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace furlong::models {
+
+// The state each document of a batch starts a DeltaNet layer from and leaves it with, kept
+// between forward passes by the rollout engine (one set per running sequence). Without it
+// (training, scoring) every document starts from zero and nothing is kept.
+class LinearAttentionStates {
+ public:
+  virtual ~LinearAttentionStates() = default;
+  // Layer `layer`'s conv windows [B, C, W-1] (the W-1 inputs before each document's first
+  // token) and recurrent states [B, Hv, dk, dv] (fp32), for the batch's B documents.
+  virtual std::pair<at::Tensor, at::Tensor> read(int64_t layer) const = 0;
+  // The same after each document's last token.
+  virtual void write(int64_t layer, const at::Tensor& window_BCW, const at::Tensor& state_BHKV) = 0;
+};
 
 // Rows of the packed [P, ...] tensor `x` laid out as [B, T, ...] (zeros past each document's
 // end), T = the longest document rounded up to a multiple of `multiple`; and back.
@@ -30,6 +44,10 @@ at::Tensor unpad_documents(const at::Tensor& x_BT, const std::vector<int64_t>& c
 // zeros (or the W-1 columns of `window_BCW` when given) before its start.
 at::Tensor causal_conv1d_silu(const at::Tensor& x_BTC, const at::Tensor& weight_C1W,
                               const at::Tensor& window_BCW = {});
+// The W-1 inputs before each document's next token: the last W-1 of its window followed by its
+// padded inputs x [B, T, C] (document b has the length its cu_seqlens give).
+at::Tensor next_conv_windows(const at::Tensor& window_BCW, const at::Tensor& x_BTC,
+                             const std::vector<int64_t>& cu_seqlens);
 
 struct GatedDeltaOut {
   at::Tensor o_BTHV;      // [B, T, Hv, dv] in q's dtype

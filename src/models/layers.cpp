@@ -97,7 +97,15 @@ at::Tensor dynamic_inv_freq(const RopeConfig& r, int64_t dim, int64_t seq_len,
 
 }  // namespace
 
-at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                  bool fused) {
+  // In fp32 this is rms_norm with the weight 1 + w; the fused kernel then gives every row the
+  // same bits whatever the other rows (ATen's elementwise ops round a tensor's tail elements
+  // differently), so a sequence scores alike in any batch.
+  auto contiguous = x.contiguous();
+  if (fused && x.scalar_type() == at::kFloat && kernels::supported(contiguous)) {
+    return kernels::rms_norm(contiguous, 1.0 + weight.to(at::kFloat), eps);
+  }
   auto xf = x.to(at::kFloat);
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
@@ -136,11 +144,16 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& pos
     }
   }
   freq = freq.to(position_ids_P.device());
-  auto freqs_TH2 = position_ids_P.unsqueeze(-1).to(at::kFloat) * freq;
+  // Rows padded to a multiple of 64, so every element takes ATen's vector path: its scalar
+  // path for a tensor's last elements rounds cos/sin differently, and a position's table row
+  // would then depend on how many others are in the batch (narrow rotary widths, Qwen3.5).
+  const int64_t P = position_ids_P.size(0), padded = (P + 63) / 64 * 64;
+  auto positions = at::constant_pad_nd(position_ids_P, {0, padded - P}).to(at::kFloat);
+  auto freqs_TH2 = positions.unsqueeze(-1) * freq;
   auto emb_PH = at::cat({freqs_TH2, freqs_TH2}, -1);
-  auto cos = emb_PH.cos() * attention_scaling;
-  auto sin = emb_PH.sin() * attention_scaling;
-  return {cos.to(dtype), sin.to(dtype)};
+  auto cos = (emb_PH.cos() * attention_scaling).slice(0, 0, P);
+  auto sin = (emb_PH.sin() * attention_scaling).slice(0, 0, P);
+  return {cos.to(dtype).contiguous(), sin.to(dtype).contiguous()};
 }
 
 at::Tensor apply_rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH,

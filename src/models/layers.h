@@ -31,7 +31,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
 
 // RMSNorm with weights stored as offsets from 1, as transformers computes it for Qwen3.5:
 // (normalize(x) * (1 + weight)) all in fp32, then cast to x's dtype.
-at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// `fused` as for rms_norm (fp32 only: it is then rms_norm with the weight 1 + w).
+at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                  bool fused = true);
 
 // inv_freq [H/2] (fp32) and the cos/sin scaling for the configured rope type.
 struct RotaryEmbedding {

@@ -36,12 +36,12 @@ class Qwen35LM : public CausalLM {
   at::Tensor block(int64_t layer, const UnitTensors& p, const at::Tensor& x_PD,
                    const ForwardContext& ctx) const override {
     const double eps = config_.rms_norm_eps;
-    auto h_PD = zero_centered_rms_norm(x_PD, p[kInputNorm], eps);
+    auto h_PD = zero_centered_rms_norm(x_PD, p[kInputNorm], eps, ctx.fused_kernels);
     auto mixed_PD = config_.linear_attention.is_linear_layer(layer)
-                        ? delta_net(p, h_PD, ctx)
+                        ? delta_net(layer, p, h_PD, ctx)
                         : gated_attention(layer, p, h_PD, ctx);
     auto x1_PD = x_PD + mixed_PD;
-    auto h2_PD = zero_centered_rms_norm(x1_PD, p[kPostNorm], eps);
+    auto h2_PD = zero_centered_rms_norm(x1_PD, p[kPostNorm], eps, ctx.fused_kernels);
     return x1_PD + swiglu_mlp(h2_PD, p[kGate], {}, p[kUp], {}, p[kDown], {}, ctx.fused_kernels,
                               ctx.linear_override);
   }
@@ -88,43 +88,105 @@ class Qwen35LM : public CausalLM {
     return s;
   }
 
-  // Gated DeltaNet over each document of the batch, from a zero state.
-  at::Tensor delta_net(const UnitTensors& p, const at::Tensor& h_PD,
+  // Gated DeltaNet over each document of the batch, from a zero state or the kept one.
+  at::Tensor delta_net(int64_t layer, const UnitTensors& p, const at::Tensor& h_PD,
                        const ForwardContext& ctx) const {
     const auto& la = config_.linear_attention;
-    const int64_t P = h_PD.size(0), Hk = la.num_key_heads, Hv = la.num_value_heads;
-    const int64_t dk = la.key_head_dim, dv = la.value_head_dim;
+    const int64_t P = h_PD.size(0), Hv = la.num_value_heads, dv = la.value_head_dim;
     const LinearFn& lin = ctx.linear_override;
     const auto& cu = ctx.batch.cu_seqlens;
-    auto qkv_PC = apply_linear(lin, h_PD, p[kQkv], {});
-    auto z_PHV = apply_linear(lin, h_PD, p[kZ], {}).view({P, Hv, dv});
-    auto b_PH = apply_linear(lin, h_PD, p[kB], {});
-    auto a_PH = apply_linear(lin, h_PD, p[kA], {});
+    Mixed in;
+    in.qkv_PC = apply_linear(lin, h_PD, p[kQkv], {});
+    in.b_PH = apply_linear(lin, h_PD, p[kB], {});
+    in.a_PH = apply_linear(lin, h_PD, p[kA], {});
+    in.z_PHV = apply_linear(lin, h_PD, p[kZ], {}).view({P, Hv, dv});
+    if (ctx.linear_states) std::tie(in.window_BCW, in.state_BHKV) = ctx.linear_states->read(layer);
+    // A step of single tokens with kept states (the engine's decode) runs as one batch through
+    // the recurrent rule, as transformers' generate does. Anything else runs document by
+    // document through the chunked rule, so a document's result does not depend on what else
+    // is in the batch (the engine's exact log-probs then equal the trainer's bit for bit).
+    Mixed out;
+    if (ctx.linear_states && ctx.batch.max_document_length() <= 1) {
+      out = mix(p, in, cu, /*decode=*/true);
+    } else {
+      std::vector<Mixed> docs;
+      for (size_t d = 0; d + 1 < cu.size(); ++d) {
+        docs.push_back(mix(p, in.document(cu[d], cu[d + 1], static_cast<int64_t>(d)),
+                           {0, cu[d + 1] - cu[d]}, /*decode=*/false));
+      }
+      out = Mixed::concat(docs);
+    }
+    if (ctx.linear_states) ctx.linear_states->write(layer, out.window_BCW, out.state_BHKV);
+    return apply_linear(lin, out.o_PHV.reshape({P, Hv * dv}), p[kOut], {});
+  }
+
+  // The token mixing of a DeltaNet layer over documents `cu`: in: the projections (qkv_PC,
+  // b_PH, a_PH, z_PHV) and, where kept, the documents' windows and states; out: o_PHV (gated
+  // and normalized) and the windows and states after them.
+  struct Mixed {
+    at::Tensor qkv_PC, b_PH, a_PH, z_PHV, o_PHV;
+    at::Tensor window_BCW, state_BHKV;  // undefined: zero (input), not needed (output)
+
+    Mixed document(int64_t begin, int64_t end, int64_t d) const {
+      Mixed m;
+      m.qkv_PC = qkv_PC.slice(0, begin, end);
+      m.b_PH = b_PH.slice(0, begin, end);
+      m.a_PH = a_PH.slice(0, begin, end);
+      m.z_PHV = z_PHV.slice(0, begin, end);
+      if (window_BCW.defined()) m.window_BCW = window_BCW.narrow(0, d, 1);
+      if (state_BHKV.defined()) m.state_BHKV = state_BHKV.narrow(0, d, 1);
+      return m;
+    }
+    static Mixed concat(const std::vector<Mixed>& docs) {
+      Mixed m;
+      std::vector<at::Tensor> o, w, s;
+      for (const auto& d : docs) {
+        o.push_back(d.o_PHV);
+        if (d.window_BCW.defined()) w.push_back(d.window_BCW);
+        s.push_back(d.state_BHKV);
+      }
+      m.o_PHV = at::cat(o);
+      m.state_BHKV = at::cat(s);
+      if (!w.empty()) m.window_BCW = at::cat(w);
+      return m;
+    }
+  };
+
+  Mixed mix(const UnitTensors& p, const Mixed& in, const std::vector<int64_t>& cu,
+            bool decode) const {
+    const auto& la = config_.linear_attention;
+    const int64_t Hk = la.num_key_heads, Hv = la.num_value_heads;
+    const int64_t dk = la.key_head_dim, dv = la.value_head_dim;
     constexpr int64_t kChunk = 64;  // the chunk of the gated delta rule (transformers' default)
-    auto conv_BTC = causal_conv1d_silu(pad_documents(qkv_PC, cu, kChunk), p[kConv]);
+    const int64_t multiple = decode ? 1 : kChunk;
+    auto x_BTC = pad_documents(in.qkv_PC, cu, multiple);
+    auto conv_BTC = causal_conv1d_silu(x_BTC, p[kConv], in.window_BCW);
     const int64_t B = conv_BTC.size(0), T = conv_BTC.size(1);
     auto parts = conv_BTC.split_with_sizes({Hk * dk, Hk * dk, Hv * dv}, 2);
     auto q_BTHK = parts[0].reshape({B, T, Hk, dk});
     auto k_BTHK = parts[1].reshape({B, T, Hk, dk});
     auto v_BTHV = parts[2].reshape({B, T, Hv, dv});
-    // beta and the log decay g, zero at padded positions (so the state passes them unchanged).
-    auto beta_PH = at::sigmoid(b_PH);
-    auto g_PH = -p[kALog].to(at::kFloat).exp() * at::softplus(a_PH.to(at::kFloat) + p[kDtBias]);
-    auto out = chunk_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, pad_documents(g_PH, cu, kChunk),
-                                      pad_documents(beta_PH, cu, kChunk), {}, kChunk);
-    auto o_PHV = unpad_documents(out.o_BTHV, cu);
-    return apply_linear(lin, gated_norm(o_PHV, z_PHV, p[kGatedNorm]).reshape({P, Hv * dv}), p[kOut],
-                        {});
+    // beta and the log decay g; zero at padded positions, so the state passes them unchanged.
+    auto beta_PH = at::sigmoid(in.b_PH);
+    auto g_PH = -p[kALog].to(at::kFloat).exp() * at::softplus(in.a_PH.to(at::kFloat) + p[kDtBias]);
+    auto g_BTH = pad_documents(g_PH, cu, multiple);
+    auto beta_BTH = pad_documents(beta_PH, cu, multiple);
+    auto rule =
+        decode ? recurrent_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV)
+               : chunk_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV,
+                                        kChunk);
+    Mixed out;
+    out.o_PHV = gated_norm(unpad_documents(rule.o_BTHV, cu), in.z_PHV, p[kGatedNorm]);
+    out.state_BHKV = rule.state_BHKV;
+    if (in.window_BCW.defined()) out.window_BCW = next_conv_windows(in.window_BCW, x_BTC, cu);
+    return out;
   }
 
   // RMSNorm over each head's output (fp32, cast back, scaled), times SiLU of the gate z.
   at::Tensor gated_norm(const at::Tensor& o_PHV, const at::Tensor& z_PHV,
                         const at::Tensor& weight) const {
-    const auto dtype = o_PHV.scalar_type();
-    auto of = o_PHV.to(at::kFloat);
-    of = of * at::rsqrt(of.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
-    auto y = weight * of.to(dtype);
-    return (y * at::silu(z_PHV.to(at::kFloat))).to(dtype);
+    auto y = rms_norm(o_PHV.contiguous(), weight, config_.rms_norm_eps);
+    return (y * at::silu(z_PHV.to(at::kFloat))).to(o_PHV.scalar_type());
   }
 
   // Softmax attention whose output each head gates with sigmoid(q_proj's second half).
@@ -138,7 +200,7 @@ class Qwen35LM : public CausalLM {
     const LinearFn& lin = ctx.linear_override;
     auto qg_PNH2 = apply_linear(lin, h_PD, p[kQ], opt(kQBias)).view({P, N, 2 * H});
     auto gate_PNH = qg_PNH2.slice(2, H, 2 * H).reshape({P, N * H});
-    auto q_PNH = zero_centered_rms_norm(qg_PNH2.slice(2, 0, H), p[kQNorm], eps);
+    auto q_PNH = zero_centered_rms_norm(qg_PNH2.slice(2, 0, H), p[kQNorm], eps, ctx.fused_kernels);
     auto k_PKH = zero_centered_rms_norm(apply_linear(lin, h_PD, p[kK], opt(kKBias)).view({P, K, H}),
                                         p[kKNorm], eps);
     auto v_PKH = apply_linear(lin, h_PD, p[kV], opt(kVBias)).view({P, K, H});

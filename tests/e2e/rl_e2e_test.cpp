@@ -150,6 +150,40 @@ TEST(RlEndToEnd, ColocatedGrpoRaisesReward) {
   EXPECT_NE(text.find("<svg"), std::string::npos);
 }
 
+// Colocated GRPO on a tiny Qwen3.5 (3 Gated DeltaNet layers and one gated-attention layer;
+// the engine keeps each sequence's DeltaNet state): on-policy ratios of exactly 1, engine and
+// trainer log-probs within the fp32 bound, and the reward rises. Bound on |dlogp| as in
+// expect_on_policy_first_step, for this model: 4 layers of 16 reductions (+2) of <= 128 terms
+// (D = 64, F = 128, 2 N H = 128; tests/models/qwen3_5_test.cpp counts them): gamma_prob(8448)
+// = 3.3e-5 of the logits' scale (<= 1.4 assumed, as there), twice for two computations and twice
+// for a log-prob: 1.8e-4.
+TEST(RlEndToEnd, Qwen35ColocatedGrpoRaisesRewardOnPolicy) {
+  auto dir = scratch_dir();
+  Json config = arith_qwen3_config();
+  config.merge_patch({{"architectures", {"Qwen3_5ForCausalLM"}},
+                      {"model_type", "qwen3_5_text"},
+                      {"num_hidden_layers", 4},
+                      {"linear_num_key_heads", 2},
+                      {"linear_num_value_heads", 4},
+                      {"linear_key_head_dim", 16},
+                      {"linear_value_head_dim", 16}});
+  auto model = init_tiny_model(dir, "qwen3_5", 7, "float32", config);
+  auto flags = threshold_grpo_flags(model, fixture().data, 16)
+                   .add({"--rollout-temperature", "1.0"})
+                   .add(tiny_trainer_flags())
+                   .add({"--colocate", "--check-weight-update-equal", "--metrics-file",
+                         (dir / "metrics.jsonl").string()});
+  auto r = run_train(flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rows = read_rows(dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 16u) << r.output;
+  for (const auto& row : rows) {
+    EXPECT_EQ(value(row, "train/ppo_kl"), 0.0) << "step " << row["step"];
+    EXPECT_LE(value(row, "train/train_rollout_logprob_abs_diff"), 1.8e-4) << "step " << row["step"];
+  }
+  EXPECT_GT(improvement_z(rows, 4, 64), 5.0);
+}
+
 TEST(RlEndToEnd, DisaggregatedGrpoRaisesRewardOnTwoRanks) {
   auto dir = scratch_dir();
   auto flags = grpo_flags(dir, 16);

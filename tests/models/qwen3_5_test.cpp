@@ -24,6 +24,7 @@
 //    and furlong vs transformers at most 2.5x (triangle inequality).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +34,6 @@
 #include "common/test_util.h"
 #include "common/tolerances.h"
 #include "core/files.h"
-#include "engine/engine.h"
 #include "io/safetensors.h"
 #include "models/gated_delta_net.h"
 #include "models/hf_model.h"
@@ -284,19 +284,52 @@ TEST(GatedDeltaRule, CausalConvWithAWindowContinuesTheSequence) {
   EXPECT_LE(max_abs_diff(rest, whole.slice(1, 12)), 1e-5);
 }
 
-// The rollout engine holds no recurrent state yet: it refuses the model, naming it.
-TEST_F(Qwen35Parity, TheEngineRefusesDeltaNetModelsByName) {
-  engine::EngineOptions o;
-  o.dtype = "float32";
-  o.device = "cpu";
-  o.max_total_tokens = 1024;
-  const auto dir = testing::scratch_dir() / "engine_model";
-  std::filesystem::copy(out_dir_ / all_cases()[0].name / "model", dir);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(testing::source_dir() / "examples/tokenizers/arith" / f, dir / f);
+// A document's hidden states are the same bits whatever else is packed with it (the engine's
+// exact log-probs, scored with other finished requests, then equal the trainer's, which packs
+// other micro-batches): fp32, fused kernels, as both run it.
+TEST_F(Qwen35Parity, ADocumentScoresBitForBitAloneOrPacked) {
+  auto model = load(all_cases()[0]);
+  c10::NoGradGuard no_grad;
+  auto docs = test_documents();
+  auto alone = model->forward_hidden(PackedBatch::from_documents({docs[1]}), options(true));
+  auto packed = model->forward_hidden(PackedBatch::from_documents({docs[0], docs[1], docs[2]}),
+                                      options(true));
+  const auto n = static_cast<int64_t>(docs[1].size()), start = static_cast<int64_t>(docs[0].size());
+  EXPECT_TRUE(at::equal(alone, packed.narrow(0, start, n)))
+      << "max |diff| " << max_abs_diff(alone, packed.narrow(0, start, n));
+  // 64 short documents in one batch, and in 4 batches of 16.
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int64_t> token(0, 96), length(3, 9);
+  std::vector<std::vector<int64_t>> many(64);
+  for (auto& d : many) {
+    d.resize(static_cast<size_t>(length(rng)));
+    for (auto& t : d) t = token(rng);
   }
-  auto msg = testing::error_of([&] { engine::Engine::load(dir.string(), o); });
-  EXPECT_NE(msg.find("Gated DeltaNet (linear_attention) layers"), std::string::npos) << msg;
+  auto sdpa = options(true);
+  sdpa.attn = AttnImpl::kSdpa;
+  auto all = model->forward_hidden(PackedBatch::from_documents(many), sdpa);
+  std::vector<at::Tensor> parts;
+  for (size_t g = 0; g < 4; ++g) {
+    std::vector<std::vector<int64_t>> group(many.begin() + 16 * g, many.begin() + 16 * (g + 1));
+    parts.push_back(model->forward_hidden(PackedBatch::from_documents(group), sdpa));
+  }
+  auto grouped = at::cat(parts);
+  EXPECT_TRUE(at::equal(all, grouped)) << "max |diff| " << max_abs_diff(all, grouped);
+}
+
+// The trainer scores with autograd on (old log-probs of the step it trains on), the engine in
+// inference mode: the same bits.
+TEST_F(Qwen35Parity, GradModeDoesNotChangeTheForward) {
+  auto model = load(all_cases()[0]);
+  auto batch = PackedBatch::from_documents(test_documents());
+  at::Tensor without;
+  {
+    c10::InferenceMode guard;
+    without = model->forward_hidden(batch, options(true));
+  }
+  model->set_requires_grad(true);
+  auto with = model->forward_hidden(batch, options(true)).detach();
+  EXPECT_TRUE(at::equal(with, without)) << "max |diff| " << max_abs_diff(with, without);
 }
 
 TEST(Qwen35Config, BadFieldsNameThemselves) {

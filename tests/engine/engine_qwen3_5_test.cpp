@@ -1,0 +1,170 @@
+// The engine on a hybrid Gated DeltaNet model (Qwen3_5ForCausalLM): each running sequence keeps
+// its DeltaNet conv window and recurrent state between steps (prefill with the chunked rule,
+// decode with the recurrent one), chunked prefill carries the state across chunks, and prefix
+// sharing hands the leader's state after the prompt to its followers. Oracle: transformers'
+// generate (scripts/oracles/hf_generate.py, its torch fallbacks), token for token.
+//
+// Log-prob tolerance: 1e-3, the bound tests/models/qwen3_5_test.cpp derives for a model of this
+// shape (4 layers, width 48, 16 reductions per DeltaNet layer: 1.2e-3 for its documents of up
+// to 70 tokens), here for prompts of up to 70 + 12 tokens; the decode steps' recurrent form has
+// fewer reductions than the chunked one. Token equality is the main property: a state that is
+// not carried, or not handed to a follower, gives other tokens.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/test_util.h"
+#include "core/files.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "models/causal_lm.h"
+#include "models/logprobs.h"
+
+namespace furlong::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace testing;  // the engine test helpers (engine_test_util.h)
+
+Json tiny_qwen3_5() {
+  return Json{{"architectures", {"Qwen3_5ForCausalLM"}},
+              {"model_type", "qwen3_5_text"},
+              {"vocab_size", 97},
+              {"hidden_size", 48},
+              {"intermediate_size", 96},
+              {"num_hidden_layers", 4},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 16},
+              {"linear_num_key_heads", 2},
+              {"linear_num_value_heads", 4},
+              {"linear_key_head_dim", 8},
+              {"linear_value_head_dim", 12},
+              {"linear_conv_kernel_dim", 4},
+              {"max_position_embeddings", 512},
+              {"tie_word_embeddings", false},
+              {"initializer_range", 0.1},
+              {"rms_norm_eps", 1e-6}};
+}
+
+constexpr int64_t kMaxNew = 12;
+constexpr double kLogprobTol = 1e-3;  // header comment
+
+class EngineQwen35 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    prompts_ = random_prompts({5, 70, 1, 33, 12}, 97, 7);
+    Json plan =
+        Json::array({Json{{"name", "qwen3_5"},
+                          {"config", tiny_qwen3_5()},
+                          {"seed", 31},
+                          {"dtype", "float32"},
+                          {"attn", "eager"},
+                          {"tokenizer_dir", ::furlong::testing::tokenizer_dir("qwen3").string()},
+                          {"prompts", prompts_},
+                          {"max_new_tokens", kMaxNew}}});
+    dir_ = ::furlong::testing::cached_oracle(
+        "engine_qwen3_5", "oracles/hf_generate.py", plan.dump(), [&](const fs::path& d) {
+          write_file_atomic(d / "plan.json", plan.dump());
+          return std::vector<std::string>{(d / "plan.json").string(), d.string()};
+        });
+  }
+  static std::unique_ptr<Engine> load(EngineOptions o) {
+    o.attn_implementation = "eager";
+    return Engine::load((dir_ / "qwen3_5" / "model").string(), o);
+  }
+  static Json oracle() { return read_json_file(dir_ / "qwen3_5" / "outputs.json"); }
+  static void expect_oracle_tokens(const std::vector<GenerateOutput>& outputs) {
+    const Json want = oracle();
+    ASSERT_EQ(outputs.size(), prompts_.size());
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      EXPECT_EQ(outputs[i].output_ids, want["outputs"][i].get<std::vector<int64_t>>())
+          << "prompt " << i;
+      const auto lps = want["logprobs"][i].get<std::vector<double>>();
+      for (size_t t = 0; t < lps.size() && t < outputs[i].output_logprobs.size(); ++t) {
+        EXPECT_NEAR(outputs[i].output_logprobs[t], lps[t], kLogprobTol)
+            << "prompt " << i << " token " << t;
+      }
+    }
+  }
+  static std::vector<std::vector<int64_t>> prompts_;
+  static fs::path dir_;
+};
+std::vector<std::vector<int64_t>> EngineQwen35::prompts_;
+fs::path EngineQwen35::dir_;
+
+TEST_F(EngineQwen35, GreedyEqualsTransformersGenerateTokenForToken) {
+  auto engine = load(small_engine_options());
+  expect_oracle_tokens(engine->generate(greedy_requests(prompts_, kMaxNew)));
+}
+
+// Prompts prefilled in chunks of 16 tokens (the state carried from chunk to chunk) give the
+// tokens of a one-shot prefill.
+TEST_F(EngineQwen35, ChunkedPrefillCarriesTheStateAcrossChunks) {
+  auto o = small_engine_options();
+  o.chunked_prefill_size = 16;
+  o.max_prefill_tokens = 16;
+  auto engine = load(o);
+  expect_oracle_tokens(engine->generate(greedy_requests(prompts_, kMaxNew)));
+}
+
+// Three samples of each prompt, submitted together: the followers start from the leader's
+// state after the prompt, and every sample's tokens are the single run's.
+TEST_F(EngineQwen35, PrefixSharingHandsTheLeadersStateToItsFollowers) {
+  auto engine = load(small_engine_options());
+  std::vector<std::vector<int64_t>> repeated;
+  for (const auto& p : prompts_) {
+    for (int k = 0; k < 3; ++k) repeated.push_back(p);
+  }
+  auto outputs = engine->generate(greedy_requests(repeated, kMaxNew));
+  EXPECT_GT(engine->model_info()["prefix_shared_tokens"].get<int64_t>(), 0);
+  const Json want = oracle();
+  for (size_t i = 0; i < repeated.size(); ++i) {
+    EXPECT_EQ(outputs[i].output_ids, want["outputs"][i / 3].get<std::vector<int64_t>>())
+        << "sample " << i;
+  }
+}
+
+// With exact log-probs the engine reports the trainer's scoring of each finished sequence,
+// which starts every document from a zero state: equal to the decode-time values to rounding.
+TEST_F(EngineQwen35, ExactLogprobsAreTheTrainersScoring) {
+  auto o = small_engine_options();
+  o.exact_logprobs = true;
+  auto engine = load(o);
+  auto outputs = engine->generate(greedy_requests(prompts_, kMaxNew));
+  expect_oracle_tokens(outputs);
+  // The trainer's scoring of all five sequences packed in one batch (another packing than the
+  // engine's, which scores the requests that finish in one step together): the same bits.
+  c10::InferenceMode guard;
+  const auto& model = engine->model();
+  std::vector<std::vector<int64_t>> docs;
+  std::vector<int64_t> rows, targets;
+  std::vector<float> engine_lp;
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    auto doc = prompts_[i];
+    doc.insert(doc.end(), outputs[i].output_ids.begin(), outputs[i].output_ids.end());
+    for (size_t t = 0; t < outputs[i].output_ids.size(); ++t) {
+      rows.push_back(offset + static_cast<int64_t>(prompts_[i].size() + t) - 1);
+      targets.push_back(outputs[i].output_ids[t]);
+      engine_lp.push_back(outputs[i].output_logprobs[t]);
+    }
+    offset += static_cast<int64_t>(doc.size());
+    docs.push_back(doc);
+  }
+  models::ForwardOptions fo;
+  fo.attn = models::AttnImpl::kEager;
+  auto hidden = model.forward_hidden(models::PackedBatch::from_documents(docs), fo);
+  const auto& w = model.weights();
+  auto lp = models::token_logprobs(hidden.index_select(0, at::tensor(rows, at::kLong)),
+                                   model.head_weight(w[0], w[model.final_unit()]),
+                                   at::tensor(targets, at::kLong), {.with_entropy = false})
+                .logprobs_T;
+  auto want = at::tensor(engine_lp, at::kFloat);
+  EXPECT_TRUE(at::equal(lp, want)) << "max |diff| " << at::max(at::abs(lp - want)).item().toDouble();
+}
+
+}  // namespace
+}  // namespace furlong::engine
