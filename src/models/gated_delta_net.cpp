@@ -104,8 +104,8 @@ at::Tensor causal_conv1d_silu(const at::Tensor& x_BTC, const at::Tensor& weight_
   // bits wherever its document sits in a batch and however the weight is laid out (a library
   // convolution picks its algorithm by shape and alignment).
   auto x_BCT = x_BTC.transpose(1, 2).to(at::kFloat);
-  auto before = window_BCW.defined() ? window_BCW.to(at::kFloat)
-                                     : at::zeros({B, C, W - 1}, x_BCT.options());
+  auto before =
+      window_BCW.defined() ? window_BCW.to(at::kFloat) : at::zeros({B, C, W - 1}, x_BCT.options());
   auto full_BCL = at::cat({before, x_BCT}, 2);
   auto w_CW = weight_C1W.select(1, 0).to(at::kFloat);
   auto y_BCT = full_BCL.narrow(2, 0, T) * w_CW.select(1, 0).view({1, C, 1});

@@ -163,7 +163,8 @@ TEST_F(EngineQwen35, ExactLogprobsAreTheTrainersScoring) {
                                    at::tensor(targets, at::kLong), {.with_entropy = false})
                 .logprobs_T;
   auto want = at::tensor(engine_lp, at::kFloat);
-  EXPECT_TRUE(at::equal(lp, want)) << "max |diff| " << at::max(at::abs(lp - want)).item().toDouble();
+  EXPECT_TRUE(at::equal(lp, want))
+      << "max |diff| " << at::max(at::abs(lp - want)).item().toDouble();
 }
 
 }  // namespace
