@@ -33,11 +33,11 @@ class Checkpoints : public ::testing::Test {
   // `furlong train` for 6 rollouts of 8 samples (one step each) as `nproc` ranks.
   static RunResult train(int nproc, int replicas, const std::string& save,
                          const std::string& metrics, std::vector<std::string> extra = {},
-                         const std::string& env = "") {
+                         const std::string& env = "", const fs::path& model = {}) {
     std::vector<std::string> argv = {furlong::testing::furlong_binary().string(),
                                      "train",
                                      "--hf-checkpoint",
-                                     (dir_ / "model").string(),
+                                     (model.empty() ? dir_ / "model" : model).string(),
                                      "--loss-type",
                                      "sft",
                                      "--prompt-data",
@@ -189,6 +189,57 @@ TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
   furlong::testing::run_python("oracles/hf_model_oracle.py",
                                {(dir_ / "export_plan.json").string(), dir_.string()});
   auto ref = io::SafetensorsFile::open(dir_ / "export" / "outputs.safetensors")->tensor("logits");
+  c10::InferenceMode inference;
+  auto ours = models::load_hf_model(out, {.dtype = at::kFloat})
+                  ->forward_logits(models::PackedBatch::from_documents(docs));
+  EXPECT_LE(furlong::testing::max_abs_diff(ours, ref), 1e-4);
+}
+
+// Qwen3.5 (Gated DeltaNet + gated attention) under FSDP on 2 ranks, saved, exported: transformers
+// loads the export (each document run alone: its torch code does not reset the DeltaNet state
+// at packed boundaries) and computes furlong's logits. Bound: the fp32 forward budget of
+// tests/models/qwen3_5_test.cpp for this model (4 layers, k_max 64 here: 16 reductions per
+// layer), twice (two implementations) — gamma_prob(66 * 64) ~ 2.3e-5 of the logits' absolute
+// scale, a few units here: 1e-4 as for the dense export above.
+TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
+  Json config = tiny_config(false);
+  config.merge_patch({{"architectures", {"Qwen3_5ForCausalLM"}},
+                      {"model_type", "qwen3_5_text"},
+                      {"num_hidden_layers", 4},
+                      {"head_dim", 8},
+                      {"linear_num_key_heads", 2},
+                      {"linear_num_value_heads", 4},
+                      {"linear_key_head_dim", 8},
+                      {"linear_value_head_dim", 8}});
+  const auto model = dir_ / "qwen3_5";
+  write_model(model, config, at::kFloat, 6);
+  auto save = dir_ / "qwen3_5_run";
+  auto run = train(2, 1, save.string(), (dir_ / "qwen3_5.jsonl").string(), {}, "", model);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto rows = read_jsonl(dir_ / "qwen3_5.jsonl");
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_LT(rows.back().value["train/loss"].get<double>(),
+            rows.front().value["train/loss"].get<double>());
+  auto out = dir_ / "qwen3_5_exported";
+  auto r = furlong::testing::run_command(
+      furlong::testing::shell_quote(furlong::testing::furlong_binary().string()) +
+      " export-hf --load " + furlong::testing::shell_quote(save.string()) + " --out " +
+      furlong::testing::shell_quote(out.string()) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::vector<int64_t>> docs = {{1, 5, 9, 13, 2, 40}, {7, 7, 3}};
+  Json plan = Json::array({{{"name", "qwen3_5_export"},
+                            {"mode", "load"},
+                            {"model_dir", out.string()},
+                            {"dtype", "float32"},
+                            {"attn", "eager"},
+                            {"documents", docs},
+                            {"separate_documents", true},
+                            {"want", {"logits"}}}});
+  write_file_atomic(dir_ / "qwen3_5_plan.json", plan.dump());
+  furlong::testing::run_python("oracles/hf_model_oracle.py",
+                               {(dir_ / "qwen3_5_plan.json").string(), dir_.string()});
+  auto ref =
+      io::SafetensorsFile::open(dir_ / "qwen3_5_export" / "outputs.safetensors")->tensor("logits");
   c10::InferenceMode inference;
   auto ours = models::load_hf_model(out, {.dtype = at::kFloat})
                   ->forward_logits(models::PackedBatch::from_documents(docs));
