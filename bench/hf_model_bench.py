@@ -19,10 +19,21 @@ def make_batch(docs, length, vocab):
     return tokens, positions, rows, tokens[rows + 1]
 
 
+def forward_logits(model, tokens, positions):
+    """[T, V] logits of the packed documents. Models with recurrent (Gated DeltaNet) layers
+    take the documents as a batch (they are all doc_len long): transformers would carry the
+    state across a packed row's document boundaries."""
+    if "linear_attention" in (getattr(model.config, "layer_types", None) or []):
+        docs = int((positions == 0).sum())
+        out = model(input_ids=tokens.view(docs, -1), use_cache=False).logits
+        return out.reshape(-1, out.shape[-1])
+    return model(input_ids=tokens[None], position_ids=positions[None], use_cache=False).logits[0]
+
+
 def train_step(model, tokens, positions, rows, targets):
     start = time.perf_counter()
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False).logits[0]
+    logits = forward_logits(model, tokens, positions)
     logp = torch.log_softmax(logits[rows].float(), dim=-1)
     loss = -logp.gather(1, targets[:, None]).mean()
     loss.backward()
@@ -32,8 +43,7 @@ def train_step(model, tokens, positions, rows, targets):
 def score_step(model, tokens, positions, rows, targets):
     with torch.inference_mode():
         start = time.perf_counter()
-        logits = model(input_ids=tokens[None], position_ids=positions[None],
-                       use_cache=False).logits[0]
+        logits = forward_logits(model, tokens, positions)
         logp = torch.log_softmax(logits[rows].float(), dim=-1)
         lp = logp.gather(1, targets[:, None]).squeeze(1)
         entropy = -(logp.exp() * logp).sum(-1)

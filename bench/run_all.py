@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import machine_limits  # bench/machine_limits.py: the CPU model and features
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
 
@@ -137,7 +139,7 @@ FSDP_NOTES = [
 
 def bench_fsdp(args, build_dir, env):
     rows = []
-    models = ["qwen3_tiny"] if args.quick else ["qwen3_tiny", "qwen3_100m"]
+    models = ["qwen3_tiny"] if args.quick else args.models.split(",")
     threads = args.fsdp_threads or max(1, (os.cpu_count() or 2) // args.fsdp_ranks)
     env = dict(env, OMP_NUM_THREADS=str(threads))
     for model in models:
@@ -184,10 +186,10 @@ def bench_fsdp(args, build_dir, env):
 
 def bench_models(args, build_dir, env):
     rows = []
-    models = ["qwen3_tiny"] if args.quick else ["qwen3_tiny", "qwen3_100m"]
+    models = ["qwen3_tiny"] if args.quick else args.models.split(",")
     for model in models:
         model_dir = ensure_model(model, build_dir)
-        for dtype in ["float32", "bfloat16"]:
+        for dtype in args.dtypes.split(","):
             for mode in ["train", "score"]:
                 common = ["--hf-checkpoint", str(model_dir), "--mode", mode, "--dtype", dtype,
                           "--docs", str(args.docs), "--doc-len", str(args.doc_len),
@@ -223,6 +225,11 @@ def main():
     p.add_argument("--doc-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--quick", action="store_true", help="tiny model only, for a smoke run")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="of the model benchmark")
+    p.add_argument("--out", default="model_bench.json",
+                   help="the model benchmark's results file under bench/results")
+    p.add_argument("--models", default="qwen3_tiny,qwen3_100m",
+                   help="bench/configs names for the model benchmark (e.g. qwen3_5_100m)")
     p.add_argument("--fsdp-ranks", type=int, default=2, help="ranks of the FSDP benchmark")
     p.add_argument("--fsdp-threads", type=int, default=0,
                    help="threads per rank of the FSDP benchmark (0: cores / ranks)")
@@ -235,11 +242,11 @@ def main():
             platform.machine(), "cpus": os.cpu_count(), "threads": args.threads,
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                      capture_output=True, text=True).stdout.strip(),
-            "rounds": args.rounds}
+            "rounds": args.rounds, **machine_limits.cpu_info()}
     if args.only in ("all", "model"):
         print("model forward+backward (train) and scoring, tokens/s (higher is better):")
         rows = bench_models(args, build_dir, env)
-        out = results_dir / "model_bench.json"
+        out = results_dir / args.out
         out.write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n")
         print(f"wrote {out}")
     if args.only in ("all", "fsdp"):
