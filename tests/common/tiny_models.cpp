@@ -37,6 +37,29 @@ Json tiny_model_config(TinyFamily family, const Json& overrides) {
   return c;
 }
 
+Json tiny_qwen3_5_config(const Json& overrides) {
+  Json c{{"architectures", {"Qwen3_5ForCausalLM"}},
+         {"model_type", "qwen3_5_text"},
+         {"vocab_size", 97},
+         {"hidden_size", 48},
+         {"intermediate_size", 96},
+         {"num_hidden_layers", 4},
+         {"num_attention_heads", 4},
+         {"num_key_value_heads", 2},
+         {"head_dim", 16},
+         {"linear_num_key_heads", 2},
+         {"linear_num_value_heads", 4},
+         {"linear_key_head_dim", 8},
+         {"linear_value_head_dim", 12},
+         {"linear_conv_kernel_dim", 4},
+         {"max_position_embeddings", 256},
+         {"tie_word_embeddings", false},
+         {"initializer_range", 0.1},
+         {"rms_norm_eps", 1e-6}};
+  c.merge_patch(overrides);
+  return c;
+}
+
 Json as_qwen3_moe(Json config, const Json& overrides) {
   config["architectures"] = {"Qwen3MoeForCausalLM"};
   config["model_type"] = "qwen3_moe";

@@ -18,6 +18,12 @@ enum class TinyFamily { kQwen3, kQwen2, kLlama, kQwen3Moe };
 // the base's, and a key set to null removes it.
 Json tiny_model_config(TinyFamily family, const Json& overrides = Json::object());
 
+// A tiny Qwen3.5 (Qwen3_5ForCausalLM): 4 layers (3 Gated DeltaNet, then softmax attention by
+// the default interval), vocab 97, hidden 48, MLP 96, GQA in both kinds (4/2 heads of 16; 2 q/k
+// and 4 value DeltaNet heads), d_k 8 != d_v 12, conv 4, partial rotary 0.25 (4 dims turned),
+// untied; then `overrides` as above.
+Json tiny_qwen3_5_config(const Json& overrides = Json::object());
+
 // A dense Qwen3 `config` made Qwen3-MoE: 3 layers, 8 experts of width 32, 2 per token with
 // normalized top-k weights, layer 1 dense (mlp_only_layers); then `overrides` as above.
 Json as_qwen3_moe(Json config, const Json& overrides = Json::object());

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "core/files.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
@@ -28,25 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace testing;  // the engine test helpers (engine_test_util.h)
 
+// The shared tiny Qwen3.5, with room for prompts of 70 tokens and their outputs.
 Json tiny_qwen3_5() {
-  return Json{{"architectures", {"Qwen3_5ForCausalLM"}},
-              {"model_type", "qwen3_5_text"},
-              {"vocab_size", 97},
-              {"hidden_size", 48},
-              {"intermediate_size", 96},
-              {"num_hidden_layers", 4},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"head_dim", 16},
-              {"linear_num_key_heads", 2},
-              {"linear_num_value_heads", 4},
-              {"linear_key_head_dim", 8},
-              {"linear_value_head_dim", 12},
-              {"linear_conv_kernel_dim", 4},
-              {"max_position_embeddings", 512},
-              {"tie_word_embeddings", false},
-              {"initializer_range", 0.1},
-              {"rms_norm_eps", 1e-6}};
+  return ::furlong::testing::tiny_qwen3_5_config({{"max_position_embeddings", 512}});
 }
 
 constexpr int64_t kMaxNew = 12;

@@ -32,6 +32,7 @@
 
 #include "common/hf_oracle.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/tolerances.h"
 #include "core/files.h"
 #include "io/safetensors.h"
@@ -52,29 +53,8 @@ struct Case {
   int seed = 0;
 };
 
-// A tiny Qwen3.5: 4 layers (3 DeltaNet, then softmax attention by the default interval), GQA
-// in both kinds, d_k != d_v, partial rotary 0.25 of head_dim 16 (4 dims turned).
 Json tiny_qwen3_5(const Json& overrides = Json::object()) {
-  Json c{{"architectures", {"Qwen3_5ForCausalLM"}},
-         {"model_type", "qwen3_5_text"},
-         {"vocab_size", 97},
-         {"hidden_size", 48},
-         {"intermediate_size", 96},
-         {"num_hidden_layers", 4},
-         {"num_attention_heads", 4},
-         {"num_key_value_heads", 2},
-         {"head_dim", 16},
-         {"linear_num_key_heads", 2},
-         {"linear_num_value_heads", 4},
-         {"linear_key_head_dim", 8},
-         {"linear_value_head_dim", 12},
-         {"linear_conv_kernel_dim", 4},
-         {"max_position_embeddings", 256},
-         {"tie_word_embeddings", false},
-         {"initializer_range", 0.1},
-         {"rms_norm_eps", 1e-6}};
-  c.merge_patch(overrides);
-  return c;
+  return testing::tiny_qwen3_5_config(overrides);
 }
 
 std::vector<Case> all_cases() {
