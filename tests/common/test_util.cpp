@@ -104,7 +104,13 @@ std::filesystem::path cached_oracle(
   auto tmp = cache / (name + ".tmp." + std::to_string(getpid()));
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
+  const bool failed_before = ::testing::Test::HasFailure();
   run_python(script, prepare(tmp));
+  // A failed run (run_python reported it) is not cached: the next run tries again.
+  if (::testing::Test::HasFailure() && !failed_before) {
+    std::filesystem::remove_all(tmp);
+    return final_dir;
+  }
   std::ofstream(tmp / "DONE") << "ok\n";
   std::error_code ec;
   std::filesystem::rename(tmp, final_dir, ec);  // fails harmlessly if another process won
