@@ -23,7 +23,7 @@ Outputs go to OUT_DIR/<name>/outputs.safetensors:
   0 at each document's last position), grad.<param name> fp32 (masked next-token
   loss: mean over masked target positions), loss (scalar), and with "fp32_reference" the
   logprobs of the same model computed in fp32 (logprobs_fp32).
-Mixture-of-experts models (Qwen3MoeForCausalLM): "perturb" also redraws the router weights
+Mixture-of-experts models (Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM): "perturb" also redraws the router weights
 (mlp.gate.weight, std 0.3) so that different tokens pick clearly different experts. Gradients of
 the fused in-memory expert tensors (experts.gate_up_proj [E, 2F, D], experts.down_proj [E, D, F])
 are written under the on-disk per-expert names (experts.<e>.{gate,up,down}_proj.weight).
@@ -33,6 +33,8 @@ are written under the on-disk per-expert names (experts.<e>.{gate,up,down}_proj.
   routing_gap [T, L] fp32: p_(K) - p_(K+1), the margin of the k-th choice (1 for dense layers);
   router_abs_scale (scalar): max over sparse layers and tokens of sum_d |x_d W_ed| (the router
     logits' absolute scale, for rounding bounds);
+  with "grads_fp64" also grad64.<param name>: the same gradients with the model run in float64
+    (the exact value, against which each fp32 implementation's own error is measured);
   with "fp32_reference" also router_probs_fp32 / routing_fp32 / routing_gap_fp32 of the fp32 model;
   with "load_balancing": load_balancing_loss (scalar), transformers' load_balancing_loss_func
     over the packed row (no attention mask, num_experts, num_experts_per_tok), and
@@ -47,7 +49,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
 def create_model(case, out_dir):
@@ -73,8 +75,10 @@ def create_model(case, out_dir):
 
 
 def load_model(model_dir, dtype, attn):
+    # float64: the per-expert loop (torch's grouped_mm takes no float64).
+    extra = {"experts_implementation": "eager"} if dtype == "float64" else {}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype],
-                                                 attn_implementation=attn)
+                                                 attn_implementation=attn, **extra)
     model.eval()
     return model
 
@@ -108,7 +112,7 @@ def model_logits(model, tokens, positions, documents=None):
 
 def token_logprobs(model, tokens, positions, targets, valid, with_entropy=False, documents=None):
     logits = model_logits(model, tokens, positions, documents)
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
     lp = logp.gather(1, targets[:, None]).squeeze(1)
     lp = torch.where(valid, lp, torch.zeros_like(lp))
     if with_entropy:
@@ -131,7 +135,16 @@ def routers(model):
     return found
 
 
-def record_routing(model, tokens, positions):
+def segments(tokens, positions, documents=None):
+    """(first row, model inputs) of the packed row, or (documents given) of each document."""
+    if documents is None:
+        return [(0, dict(input_ids=tokens[None], position_ids=positions[None]))]
+    starts = [sum(len(d) for d in documents[:i]) for i in range(len(documents))]
+    return [(start, dict(input_ids=torch.tensor(doc)[None]))
+            for start, doc in zip(starts, documents)]
+
+
+def record_routing(model, tokens, positions, documents=None):
     """routing [T, L, K], router_probs [T, L, E], routing_gap [T, L] via forward hooks."""
     config = model.config
     T, L = tokens.numel(), config.num_hidden_layers
@@ -140,21 +153,25 @@ def record_routing(model, tokens, positions):
     probs = torch.zeros(T, L, E)
     gap = torch.ones(T, L)
     scale = torch.zeros(())
+    rows = slice(0, T)  # the rows of the forward that runs now
     hooks = []
     for layer, router in routers(model):
         def hook(module, args, output, layer=layer):
             nonlocal scale
             logits, _, indices = output
-            x = args[0].reshape(T, -1).float()
+            n = rows.stop - rows.start
+            x = args[0].reshape(n, -1).float()
             scale = torch.maximum(scale, (x.abs() @ module.weight.float().abs().t()).max())
             p = torch.softmax(logits.float(), dim=-1)
-            routing[:, layer] = indices.reshape(T, K)
-            probs[:, layer] = p.reshape(T, E)
+            routing[rows, layer] = indices.reshape(n, K)
+            probs[rows, layer] = p.reshape(n, E)
             top = torch.topk(p, min(K + 1, E), dim=-1).values
-            gap[:, layer] = (top[:, K - 1] - top[:, K]) if K < E else 1.0
+            gap[rows, layer] = (top[:, K - 1] - top[:, K]) if K < E else 1.0
         hooks.append(router.register_forward_hook(hook))
     with torch.no_grad():
-        model(input_ids=tokens[None], position_ids=positions[None], use_cache=False)
+        for start, inputs in segments(tokens, positions, documents):
+            rows = slice(start, start + inputs["input_ids"].shape[1])
+            model(**inputs, use_cache=False)
     for h in hooks:
         h.remove()
     return routing, probs, gap, scale
@@ -177,14 +194,18 @@ def per_expert_grads(name, grad):
     return {"grad." + name: grad.float().contiguous()}
 
 
-def load_balancing(model, tokens, positions):
-    """transformers' load-balancing loss over the packed row and its router-weight gradients."""
+def load_balancing(model, tokens, positions, documents=None):
+    """transformers' load-balancing loss over the packed row (or its documents, each run
+    alone, router logits concatenated) and its router-weight gradients."""
     from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
     model.zero_grad()
-    out = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False,
-                output_router_logits=True)
+    per_layer = None
+    for _, inputs in segments(tokens, positions, documents):
+        out = model(**inputs, use_cache=False, output_router_logits=True)
+        logits = [l.reshape(-1, l.shape[-1]) for l in out.router_logits]
+        per_layer = logits if per_layer is None else [torch.cat(p) for p in zip(per_layer, logits)]
     config = model.config
-    loss = load_balancing_loss_func(out.router_logits, config.num_experts,
+    loss = load_balancing_loss_func(tuple(per_layer), config.num_experts,
                                     config.num_experts_per_tok, None)
     loss.backward()
     result = {"load_balancing_loss": loss.detach().float().reshape(())}
@@ -192,6 +213,21 @@ def load_balancing(model, tokens, positions):
         result[f"lb_grad.model.layers.{layer}.mlp.gate.weight"] = router.weight.grad.float().clone()
     model.zero_grad()
     return result
+
+
+def masked_loss_grads(model, case, tokens, positions, alone):
+    """loss (mean over masked target positions) and grad.<name> of every parameter."""
+    docs = case["documents"]
+    model.train()
+    mask_targets, mask_valid = next_token_targets(docs, case.get("loss_mask"))
+    _, lp_g = token_logprobs(model, tokens, positions, mask_targets, mask_valid, documents=alone)
+    loss = -(lp_g.sum() / mask_valid.sum())
+    loss.backward()
+    out = {"loss": loss.detach().float().reshape(())}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            out.update(per_expert_grads(name, p.grad))
+    return out
 
 
 def run_case(case, out_dir):
@@ -222,24 +258,19 @@ def run_case(case, out_dir):
     is_moe = bool(routers(model))
     if "routing" in want and is_moe:
         (out["routing"], out["router_probs"], out["routing_gap"],
-         out["router_abs_scale"]) = record_routing(model, tokens, positions)
+         out["router_abs_scale"]) = record_routing(model, tokens, positions, alone)
         if "fp32_reference" in want:
             (out["routing_fp32"], out["router_probs_fp32"], out["routing_gap_fp32"],
-             _) = record_routing(ref, tokens, positions)
+             _) = record_routing(ref, tokens, positions, alone)
     if "load_balancing" in want and is_moe:
         model.train()
-        out.update(load_balancing(model, tokens, positions))
+        out.update(load_balancing(model, tokens, positions, alone))
     if "grads" in want:
-        model.train()
-        mask_targets, mask_valid = next_token_targets(docs, case.get("loss_mask"))
-        _, lp_g = token_logprobs(model, tokens, positions, mask_targets, mask_valid,
-                                 documents=alone)
-        loss = -(lp_g.sum() / mask_valid.sum())
-        loss.backward()
-        out["loss"] = loss.detach().float().reshape(())
-        for name, p in model.named_parameters():
-            if p.grad is not None:
-                out.update(per_expert_grads(name, p.grad))
+        out.update(masked_loss_grads(model, case, tokens, positions, alone))
+    if "grads_fp64" in want:
+        exact = load_model(model_dir, "float64", case["attn"])
+        grads = masked_loss_grads(exact, case, tokens, positions, alone)
+        out.update({"grad64." + k[len("grad."):]: v for k, v in grads.items() if k != "loss"})
     os.makedirs(os.path.join(out_dir, case["name"]), exist_ok=True)
     save_file(out, os.path.join(out_dir, case["name"], "outputs.safetensors"))
 

@@ -120,7 +120,8 @@ ParameterEstimate estimate_parameters(const ModelConfig& c) {
   double sparse_mlp = 0;
   if (c.moe.enabled()) {
     const auto E = static_cast<double>(c.moe.num_experts);
-    sparse_mlp = E * D + E * 3 * static_cast<double>(c.moe.expert_intermediate) * D;
+    sparse_mlp = E * D + E * 3 * static_cast<double>(c.moe.expert_intermediate) * D +
+                 3 * static_cast<double>(c.moe.shared_expert_intermediate) * D;
     sparse_layers = L <= static_cast<double>(kMaxHiddenLayers)
                         ? static_cast<double>(c.moe.num_sparse_layers(c.num_hidden_layers))
                         : L / static_cast<double>(c.moe.decoder_sparse_step);
@@ -245,6 +246,46 @@ ModelConfig parse_decoder_config(const Json& json, const std::string& where,
   c.dtype = parse_dtype(dtype, where + ": field 'torch_dtype'");
   check_plausible_size(c, where);  // before any architecture builds its parameter list
   return c;
+}
+
+MoeConfig parse_moe_config(const Json& json, const std::string& where, int64_t num_layers,
+                           const MoeDefaults& defaults) {
+  MoeConfig moe;
+  // transformers 5 writes the expert count as "num_local_experts"; published configs say
+  // "num_experts".
+  int64_t experts = json_get_or<int64_t>(json, "num_local_experts", defaults.num_experts, where);
+  moe.num_experts = json_get_or<int64_t>(json, "num_experts", experts, where);
+  moe.experts_per_token =
+      json_get_or<int64_t>(json, "num_experts_per_tok", defaults.experts_per_token, where);
+  moe.expert_intermediate =
+      json_get_or<int64_t>(json, "moe_intermediate_size", defaults.expert_intermediate, where);
+  if (defaults.shared_expert_intermediate > 0) {
+    moe.shared_expert_intermediate = json_get_or<int64_t>(
+        json, "shared_expert_intermediate_size", defaults.shared_expert_intermediate, where);
+    FURLONG_CHECK(moe.shared_expert_intermediate > 0, where,
+                  ": field 'shared_expert_intermediate_size' must be positive, got ",
+                  moe.shared_expert_intermediate);
+  }
+  moe.decoder_sparse_step = json_get_or<int64_t>(json, "decoder_sparse_step", 1, where);
+  moe.norm_topk_prob = json_get_or<bool>(json, "norm_topk_prob", false, where);
+  moe.router_aux_loss_coef = json_get_or<double>(json, "router_aux_loss_coef", 0.001, where);
+  if (json.contains("mlp_only_layers") && !json["mlp_only_layers"].is_null()) {
+    moe.mlp_only_layers = json_get<std::vector<int64_t>>(json, "mlp_only_layers", where);
+  }
+  FURLONG_CHECK(moe.num_experts > 0, where, ": field 'num_experts' must be positive, got ",
+                moe.num_experts);
+  FURLONG_CHECK(moe.experts_per_token > 0 && moe.experts_per_token <= moe.num_experts, where,
+                ": field 'num_experts_per_tok' must be in [1, num_experts = ", moe.num_experts,
+                "], got ", moe.experts_per_token);
+  FURLONG_CHECK(moe.expert_intermediate > 0, where,
+                ": field 'moe_intermediate_size' must be positive, got ", moe.expert_intermediate);
+  FURLONG_CHECK(moe.decoder_sparse_step > 0, where,
+                ": field 'decoder_sparse_step' must be positive, got ", moe.decoder_sparse_step);
+  for (int64_t l : moe.mlp_only_layers) {
+    FURLONG_CHECK(l >= 0 && l < num_layers, where, ": field 'mlp_only_layers' names layer ", l,
+                  ", expected a layer in [0, num_hidden_layers = ", num_layers, ")");
+  }
+  return moe;
 }
 
 }  // namespace furlong::models

@@ -37,7 +37,7 @@ struct RopeConfig {
   bool truncate = true;
 };
 
-// Mixture-of-experts fields (Qwen3-MoE). num_experts == 0: a dense model.
+// Mixture-of-experts fields (Qwen3-MoE, Qwen3.5-MoE). num_experts == 0: a dense model.
 struct MoeConfig {
   int64_t num_experts = 0;          // E ("num_experts", or transformers 5's "num_local_experts")
   int64_t experts_per_token = 0;    // K ("num_experts_per_tok")
@@ -46,6 +46,9 @@ struct MoeConfig {
   std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here
   bool norm_topk_prob = false;           // renormalize the k chosen weights to sum to 1
   double router_aux_loss_coef = 0.001;   // transformers' coefficient (furlong's flag decides)
+  // Qwen3.5-MoE: a SwiGLU expert of this width that every token goes through, scaled by
+  // sigmoid(x . shared_expert_gate); 0: none.
+  int64_t shared_expert_intermediate = 0;
 
   bool enabled() const { return num_experts > 0; }
   bool is_sparse_layer(int64_t layer) const;
@@ -130,14 +133,28 @@ inline constexpr int64_t kMaxHiddenLayers = 10000;
 inline constexpr int64_t kMaxHeadDim = 65536;
 inline constexpr double kMaxParameters = 1e13;
 
-// Reads the Llama-family fields with `defaults` for absent ones, validates them (positive
-// sizes, heads divide evenly, activation is silu, no sliding window, within the sanity limits
-// above) and returns the config. `where` names the file in errors.
 // Fails, naming the fields, when `c` describes more layers or parameters than the sanity limits
 // above. parse_decoder_config calls it; architectures with more fields (MoE) call it again.
 void check_plausible_size(const ModelConfig& c, const std::string& where);
 
+// Reads the Llama-family fields with `defaults` for absent ones, validates them (positive
+// sizes, heads divide evenly, activation is silu, no sliding window, within the sanity limits
+// above) and returns the config. `where` names the file in errors.
 ModelConfig parse_decoder_config(const Json& json, const std::string& where,
                                  const ConfigDefaults& defaults);
+
+// The MoE defaults of the transformers config class an architecture mirrors.
+struct MoeDefaults {
+  int64_t num_experts;
+  int64_t experts_per_token;
+  int64_t expert_intermediate;
+  int64_t shared_expert_intermediate = 0;  // 0: no shared expert field
+};
+
+// Reads and validates the MoE fields (num_experts or num_local_experts, num_experts_per_tok,
+// moe_intermediate_size, shared_expert_intermediate_size where the architecture has one,
+// decoder_sparse_step, mlp_only_layers, norm_topk_prob, router_aux_loss_coef).
+MoeConfig parse_moe_config(const Json& json, const std::string& where, int64_t num_layers,
+                           const MoeDefaults& defaults);
 
 }  // namespace furlong::models

@@ -20,12 +20,34 @@ namespace {
 constexpr const char* kLinear = "linear_attention";
 constexpr const char* kFull = "full_attention";
 
-// Unit layout, common part first: the mixer's parameters start at kMixer.
-enum Slot : int { kInputNorm, kPostNorm, kGate, kUp, kDown, kMixer };
+// Unit layout: the two norms, the mixer's parameters from kMixer, then the MLP's (mlp_begin).
+enum Slot : int { kInputNorm, kPostNorm, kMixer };
 // Gated DeltaNet parameters (from kMixer).
-enum DeltaSlot : int { kQkv = kMixer, kZ, kB, kA, kConv, kDtBias, kALog, kGatedNorm, kOut };
+enum DeltaSlot : int {
+  kQkv = kMixer,
+  kZ,
+  kB,
+  kA,
+  kConv,
+  kDtBias,
+  kALog,
+  kGatedNorm,
+  kOut,
+  kDeltaEnd
+};
 // Softmax attention parameters (from kMixer); biases follow when attention_bias is set.
 enum AttnSlot : int { kQ = kMixer, kK, kV, kO, kQNorm, kKNorm, kQBias, kKBias, kVBias, kOBias };
+// MLP parameters, from mlp_begin(layer). Dense: gate, up, down. Sparse (Qwen3.5-MoE): the
+// router, the shared expert and its gate, then each expert's gate, up and down.
+enum DenseMlpSlot : int { kGate, kUp, kDown };
+enum SparseMlpSlot : int {
+  kRouter,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
+  kExperts
+};
 
 class Qwen35LM : public CausalLM {
  public:
@@ -42,19 +64,52 @@ class Qwen35LM : public CausalLM {
                         : gated_attention(layer, p, h_PD, ctx);
     auto x1_PD = x_PD + mixed_PD;
     auto h2_PD = zero_centered_rms_norm(x1_PD, p[kPostNorm], eps, ctx.fused_kernels);
-    return x1_PD + swiglu_mlp(h2_PD, p[kGate], {}, p[kUp], {}, p[kDown], {}, ctx.fused_kernels,
-                              ctx.linear_override);
+    return x1_PD + mlp(layer, p, h2_PD, ctx);
   }
 
  private:
   std::vector<ParamSpec> block_param_specs(int64_t layer) const {
-    const auto& c = config_;
-    const int64_t D = c.hidden_size, F = c.intermediate_size;
+    const int64_t D = config_.hidden_size;
     std::vector<ParamSpec> s = {{"input_layernorm.weight", {D}, ParamInit::kZeros},
-                                {"post_attention_layernorm.weight", {D}, ParamInit::kZeros},
-                                {"mlp.gate_proj.weight", {F, D}, ParamInit::kNormal},
-                                {"mlp.up_proj.weight", {F, D}, ParamInit::kNormal},
-                                {"mlp.down_proj.weight", {D, F}, ParamInit::kNormal}};
+                                {"post_attention_layernorm.weight", {D}, ParamInit::kZeros}};
+    auto mixer = mixer_param_specs(layer);
+    s.insert(s.end(), mixer.begin(), mixer.end());
+    FURLONG_ASSERT(static_cast<int>(s.size()) == mlp_begin(layer), "qwen3_5: unit layout");
+    auto mlp = mlp_param_specs();
+    s.insert(s.end(), mlp.begin(), mlp.end());
+    return s;
+  }
+
+  // Where the MLP's parameters start in layer `layer`'s unit.
+  int mlp_begin(int64_t layer) const {
+    if (config_.linear_attention.is_linear_layer(layer)) return kDeltaEnd;
+    return config_.qkv_bias ? kOBias + 1 : kKNorm + 1;
+  }
+
+  std::vector<ParamSpec> mlp_param_specs() const {
+    const auto& c = config_;
+    const int64_t D = c.hidden_size;
+    auto swiglu = [&](const std::string& prefix, int64_t F) {
+      return std::vector<ParamSpec>{{prefix + "gate_proj.weight", {F, D}, ParamInit::kNormal},
+                                    {prefix + "up_proj.weight", {F, D}, ParamInit::kNormal},
+                                    {prefix + "down_proj.weight", {D, F}, ParamInit::kNormal}};
+    };
+    if (!c.moe.enabled()) return swiglu("mlp.", c.intermediate_size);
+    std::vector<ParamSpec> s = {{"mlp.gate.weight", {c.moe.num_experts, D}, ParamInit::kNormal}};
+    auto shared = swiglu("mlp.shared_expert.", c.moe.shared_expert_intermediate);
+    s.insert(s.end(), shared.begin(), shared.end());
+    s.push_back({"mlp.shared_expert_gate.weight", {1, D}, ParamInit::kNormal});
+    for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+      auto expert = swiglu("mlp.experts." + std::to_string(e) + ".", c.moe.expert_intermediate);
+      s.insert(s.end(), expert.begin(), expert.end());
+    }
+    return s;
+  }
+
+  std::vector<ParamSpec> mixer_param_specs(int64_t layer) const {
+    const auto& c = config_;
+    const int64_t D = c.hidden_size;
+    std::vector<ParamSpec> s;
     if (c.linear_attention.is_linear_layer(layer)) {
       const auto& la = c.linear_attention;
       const int64_t K = la.num_key_heads * la.key_head_dim;
@@ -86,6 +141,33 @@ class Qwen35LM : public CausalLM {
                          {a + "o_proj.bias", {D}, ParamInit::kZeros}});
     }
     return s;
+  }
+
+  // The dense SwiGLU MLP, or (Qwen3.5-MoE) the routed experts plus the gated shared expert:
+  // experts(x) + sigmoid(x . shared_expert_gate) * shared_expert(x), as transformers'
+  // Qwen3_5MoeSparseMoeBlock sums them.
+  at::Tensor mlp(int64_t layer, const UnitTensors& p, const at::Tensor& h_PD,
+                 const ForwardContext& ctx) const {
+    const int m = mlp_begin(layer);
+    const LinearFn& lin = ctx.linear_override;
+    if (!config_.moe.enabled()) {
+      return swiglu_mlp(h_PD, p[m + kGate], {}, p[m + kUp], {}, p[m + kDown], {}, ctx.fused_kernels,
+                        lin);
+    }
+    MoeParams params;
+    params.router_ED = p[m + kRouter];
+    for (int64_t e = 0; e < config_.moe.num_experts; ++e) {
+      const auto base = static_cast<size_t>(m + kExperts + 3 * e);
+      params.gate_FD.push_back(p[base]);
+      params.up_FD.push_back(p[base + 1]);
+      params.down_DF.push_back(p[base + 2]);
+    }
+    auto routed_PD = sparse_moe_mlp(layer, h_PD, params, config_.moe, ctx.moe.get(),
+                                    ctx.fused_kernels, lin, ctx.grouped_linear_override);
+    auto shared_PD = swiglu_mlp(h_PD, p[m + kSharedGate], {}, p[m + kSharedUp], {},
+                                p[m + kSharedDown], {}, ctx.fused_kernels, lin);
+    auto gate_P1 = at::sigmoid(apply_linear(lin, h_PD, p[m + kSharedExpertGate], {}));
+    return routed_PD + gate_P1 * shared_PD;
   }
 
   // Gated DeltaNet over each document of the batch, from a zero state or the kept one.
@@ -268,6 +350,17 @@ LinearAttentionConfig parse_linear_attention(const Json& json, int64_t layers,
   return la;
 }
 
+// The fields both Qwen3.5 text models share.
+void set_qwen3_5_fields(ModelConfig& config, const Json& json, const std::string& where) {
+  const bool bias = json_get_or<bool>(json, "attention_bias", false, where);
+  config.qkv_bias = bias;
+  config.o_proj_bias = bias;
+  config.qk_norm = true;
+  config.zero_centered_norm = true;
+  config.attention_output_gate = true;
+  config.linear_attention = parse_linear_attention(json, config.num_hidden_layers, where);
+}
+
 }  // namespace
 
 std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& where) {
@@ -282,20 +375,46 @@ std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& wh
                           .partial_rotary_factor = 0.25};
   ModelConfig config = parse_decoder_config(json, where, defaults);
   config.architecture = "Qwen3_5ForCausalLM";
-  const bool bias = json_get_or<bool>(json, "attention_bias", false, where);
-  config.qkv_bias = bias;
-  config.o_proj_bias = bias;
-  config.qk_norm = true;
-  config.zero_centered_norm = true;
-  config.attention_output_gate = true;
-  config.linear_attention = parse_linear_attention(json, config.num_hidden_layers, where);
+  set_qwen3_5_fields(config, json, where);
   return std::make_unique<Qwen35LM>(std::move(config));
 }
 
-std::unique_ptr<CausalLM> refuse_qwen3_5_multimodal(const Json&, const std::string& where) {
-  FURLONG_FAIL(where, ": Qwen3_5ForConditionalGeneration (the text model with its vision tower) ",
-               "is not loaded yet; furlong trains and serves the text model, "
-               "Qwen3_5ForCausalLM (model_type qwen3_5_text, weights under model.layers.*)");
+std::unique_ptr<CausalLM> create_qwen3_5_moe(const Json& json, const std::string& where) {
+  ConfigDefaults defaults{.vocab_size = 248320,
+                          .hidden_size = 2048,
+                          .intermediate_size = 512,  // unused: every layer is sparse
+                          .num_hidden_layers = 40,
+                          .num_attention_heads = 16,
+                          .num_key_value_heads = 2,
+                          .head_dim = 256,
+                          .max_position_embeddings = 32768,
+                          .partial_rotary_factor = 0.25};
+  ModelConfig config = parse_decoder_config(json, where, defaults);
+  config.architecture = "Qwen3_5MoeForCausalLM";
+  set_qwen3_5_fields(config, json, where);
+  config.moe = parse_moe_config(json, where, config.num_hidden_layers,
+                                {.num_experts = 256,
+                                 .experts_per_token = 8,
+                                 .expert_intermediate = 512,
+                                 .shared_expert_intermediate = 512});
+  // transformers' Qwen3_5MoeTopKRouter always renormalizes the chosen weights, and every layer
+  // is sparse whatever decoder_sparse_step or mlp_only_layers say.
+  config.moe.norm_topk_prob = true;
+  config.moe.decoder_sparse_step = 1;
+  config.moe.mlp_only_layers.clear();
+  check_plausible_size(config, where);
+  return std::make_unique<Qwen35LM>(std::move(config));
+}
+
+std::unique_ptr<CausalLM> refuse_qwen3_5_multimodal(const Json& json, const std::string& where) {
+  const bool moe = json_get_or<std::string>(json, "model_type", "", where) == "qwen3_5_moe";
+  const std::string arch =
+      moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
+  const std::string text = moe ? "Qwen3_5MoeForCausalLM (model_type qwen3_5_moe_text"
+                               : "Qwen3_5ForCausalLM (model_type qwen3_5_text";
+  FURLONG_FAIL(where, ": ", arch, " (the text model with its vision tower) is not loaded; ",
+               "furlong trains and serves the text model, ", text,
+               ", weights under model.layers.*); docs/models.md says how to extract it");
 }
 
 }  // namespace furlong::models

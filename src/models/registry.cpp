@@ -11,7 +11,9 @@ const std::vector<ArchEntry>& architectures() {
       {"Qwen2ForCausalLM", "qwen2", &create_qwen2},
       {"LlamaForCausalLM", "llama", &create_llama},
       {"Qwen3_5ForCausalLM", "qwen3_5_text", &create_qwen3_5},
+      {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", &create_qwen3_5_moe},
       {"Qwen3_5ForConditionalGeneration", "qwen3_5", &refuse_qwen3_5_multimodal},
+      {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", &refuse_qwen3_5_multimodal},
   };
   return kArchitectures;
 }

@@ -60,6 +60,18 @@ Json tiny_qwen3_5_config(const Json& overrides) {
   return c;
 }
 
+Json tiny_qwen3_5_moe_config(const Json& overrides) {
+  Json c = tiny_qwen3_5_config({{"architectures", {"Qwen3_5MoeForCausalLM"}},
+                                {"model_type", "qwen3_5_moe_text"},
+                                {"intermediate_size", nullptr},
+                                {"num_experts", 8},
+                                {"num_experts_per_tok", 2},
+                                {"moe_intermediate_size", 16},
+                                {"shared_expert_intermediate_size", 24}});
+  c.merge_patch(overrides);
+  return c;
+}
+
 Json as_qwen3_moe(Json config, const Json& overrides) {
   config["architectures"] = {"Qwen3MoeForCausalLM"};
   config["model_type"] = "qwen3_moe";

@@ -24,6 +24,10 @@ Json tiny_model_config(TinyFamily family, const Json& overrides = Json::object()
 // untied; then `overrides` as above.
 Json tiny_qwen3_5_config(const Json& overrides = Json::object());
 
+// The tiny Qwen3.5 above made Qwen3.5-MoE (Qwen3_5MoeForCausalLM): every layer's MLP is 8
+// experts of width 16, 2 per token, plus a shared expert of width 24; then `overrides`.
+Json tiny_qwen3_5_moe_config(const Json& overrides = Json::object());
+
 // A dense Qwen3 `config` made Qwen3-MoE: 3 layers, 8 experts of width 32, 2 per token with
 // normalized top-k weights, layer 1 dense (mlp_only_layers); then `overrides` as above.
 Json as_qwen3_moe(Json config, const Json& overrides = Json::object());

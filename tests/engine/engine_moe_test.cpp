@@ -1,4 +1,4 @@
-// The engine on mixture-of-experts models (Qwen3MoeForCausalLM) and rollout routing replay:
+// The engine on mixture-of-experts models (Qwen3-MoE, Qwen3.5-MoE) and rollout routing replay:
 // greedy generation equals transformers' generate token for token, and the routing the engine
 // records (EngineOptions::record_routed_experts) for every prompt and generated token equals
 // the routing transformers computes over the full sequence, also with prefix sharing, chunked
@@ -72,12 +72,20 @@ struct MoeCase {
   Json config;
   int seed;
   std::string attn;
+  // The fp32 budget's reductions per layer and their longest length (header comment).
+  double reductions_per_layer = 13;
+  double k_max = kKMax;
 };
 
 const std::vector<MoeCase>& moe_cases() {
   static const std::vector<MoeCase> cases = {
       {"moe_norm_topk", moe_config(true, 1, {1}, 3), 31, "sdpa"},
-      {"moe_step2", moe_config(false, 2, {}, 4), 32, "eager"}};
+      {"moe_step2", moe_config(false, 2, {}, 4), 32, "eager"},
+      // Qwen3.5-MoE: DeltaNet and gated attention layers, each with routed and shared experts;
+      // 23 reductions per layer (tests/models/qwen3_5_test.cpp), the longest of 64 terms (o_proj
+      // over 4 heads x 16, and the DeltaNet's 64-token chunk).
+      {"qwen3_5_moe", furlong::testing::tiny_qwen3_5_moe_config({{"max_position_embeddings", 256}}),
+       33, "eager", 23, 64}};
   return cases;
 }
 
@@ -140,8 +148,8 @@ struct RoutingAgreement {
   }
 };
 
-RoutingAgreement compare_routing(const Json& oracle, size_t prompt, const GenerateOutput& out,
-                                 const models::ModelConfig& cfg) {
+RoutingAgreement compare_routing(const MoeCase& c, const Json& oracle, size_t prompt,
+                                 const GenerateOutput& out, const models::ModelConfig& cfg) {
   const auto& ref = oracle["routing"][prompt];
   const auto& gap = oracle["routing_gap"][prompt];
   const auto& r = out.routed_experts;
@@ -156,8 +164,9 @@ RoutingAgreement compare_routing(const Json& oracle, size_t prompt, const Genera
     a.decisive_mismatches = T;
     return a;
   }
-  const double dz = 2 * tol::gamma_prob(13.0 * static_cast<double>(L) * kKMax, tol::kUFp32) *
-                    oracle["router_abs_scale"].get<double>();
+  const double dz =
+      2 * tol::gamma_prob(c.reductions_per_layer * static_cast<double>(L) * c.k_max, tol::kUFp32) *
+      oracle["router_abs_scale"].get<double>();
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t l = 0; l < L; ++l) {
       const auto* row = r.ids.data() + (t * L + l) * K;
@@ -180,8 +189,8 @@ RoutingAgreement compare_routing(const Json& oracle, size_t prompt, const Genera
   return a;
 }
 
-// 2 x (2 x budget) + 2 x softmax rounding, with the budget of 13 reductions per layer.
-double moe_logprob_tol(const models::CausalLM& model,
+// 2 x (2 x budget) + 2 x softmax rounding, with the case's budget.
+double moe_logprob_tol(const MoeCase& c, const models::CausalLM& model,
                        const std::vector<std::vector<int64_t>>& prompts,
                        const std::vector<GenerateOutput>& outputs) {
   c10::InferenceMode guard;
@@ -203,8 +212,8 @@ double moe_logprob_tol(const models::CausalLM& model,
   auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
   auto h_rows = hidden_PD.index_select(0, at::tensor(rows, at::kLong));
   const double scale = tol::head_abs_scale(h_rows, head);
-  const double reductions = 13.0 * static_cast<double>(model.num_layers()) + 2;
-  const double budget = tol::gamma_prob(reductions * kKMax, tol::kUFp32) * scale;
+  const double reductions = c.reductions_per_layer * static_cast<double>(model.num_layers()) + 2;
+  const double budget = tol::gamma_prob(reductions * c.k_max, tol::kUFp32) * scale;
   auto logits = at::mm(h_rows.to(at::kFloat), head.to(at::kFloat).t());
   double rounding = 0;
   for (int64_t r = 0; r < logits.size(0); ++r) {
@@ -231,16 +240,17 @@ void expect_matches_oracle(const MoeCase& c, const Engine& engine,
     for (size_t t = 0; t < lps.size() && t < outputs[j].output_logprobs.size(); ++t) {
       max_lp_diff = std::max(max_lp_diff, std::abs(outputs[j].output_logprobs[t] - lps[t]));
     }
-    agreement += compare_routing(oracle, i, outputs[j], engine.model().config());
+    agreement += compare_routing(c, oracle, i, outputs[j], engine.model().config());
   }
   std::vector<std::vector<int64_t>> expanded;
   for (size_t j = 0; j < outputs.size(); ++j) expanded.push_back(prompts[j / copies]);
-  const double lp_tol = moe_logprob_tol(engine.model(), expanded, outputs);
-  EXPECT_LT(lp_tol, 1e-3) << "the bound must stay meaningful";
+  const double lp_tol = moe_logprob_tol(c, engine.model(), expanded, outputs);
+  EXPECT_LT(lp_tol, 2e-3) << "the bound must stay meaningful";
   EXPECT_LE(tol::noted("engine_moe_vs_hf_logprob", max_lp_diff, lp_tol), lp_tol);
   EXPECT_EQ(agreement.decisive_mismatches, 0) << "of " << agreement.decisive << " choices";
-  // Meaningful only if most choices are decisive (a wrong row or layer would then show).
-  EXPECT_GT(agreement.decisive, 9 * agreement.near_ties);
+  // Meaningful only if most choices are decisive (a wrong row or layer would then show): at
+  // least 3 in 4 (the tiny Qwen3.5-MoE's bound, with 23 reductions per layer, leaves 1 in 5).
+  EXPECT_GT(agreement.decisive, 3 * agreement.near_ties);
   std::cout << c.name << ": max |logprob - transformers| = " << max_lp_diff << " (bound " << lp_tol
             << "); routing: " << agreement.decisive_mismatches << " of " << agreement.decisive
             << " decisive (token, layer) choices differ, " << agreement.near_tie_mismatches
@@ -258,14 +268,19 @@ TEST(EngineMoe, GreedyAndRoutingMatchTransformers) {
 }
 
 // Long prompts prefilled in chunks of 4 tokens (one per step, beside the decodes of the
-// others): every chunk's routing lands in its slots.
+// others): every chunk's routing lands in its slots (and, for Qwen3.5-MoE, every chunk starts
+// from the DeltaNet state the previous one left).
 TEST(EngineMoe, ChunkedPrefillRecordsTheSameRouting) {
-  const auto& c = moe_cases()[0];
-  auto options = recording_options();
-  options.chunked_prefill_size = 4;
-  options.max_prefill_tokens = 6;
-  auto engine = Engine::load(model_dir(c), options);
-  expect_matches_oracle(c, *engine, engine->generate(routed_requests(moe_prompts())));
+  for (size_t i : {0, 2}) {
+    const auto& c = moe_cases()[i];
+    SCOPED_TRACE(c.name);
+    auto options = recording_options();
+    options.chunked_prefill_size = 4;
+    options.max_prefill_tokens = 6;
+    options.attn_implementation = c.attn;
+    auto engine = Engine::load(model_dir(c), options);
+    expect_matches_oracle(c, *engine, engine->generate(routed_requests(moe_prompts())));
+  }
 }
 
 // n samples of one prompt share the leader's prompt blocks (prefix sharing): the followers'
@@ -516,7 +531,7 @@ void expect_rollout_routing(const MoeCase& c, const std::vector<rl::Sample>& sam
     out.output_ids.assign(s.tokens.begin() + s.prompt_length(), s.tokens.end());
     EXPECT_EQ(out.output_ids, oracle["outputs"][i].get<std::vector<int64_t>>());
     out.routed_experts = s.routed_experts;
-    agreement += compare_routing(oracle, i, out, engine->model().config());
+    agreement += compare_routing(c, oracle, i, out, engine->model().config());
   }
   EXPECT_EQ(agreement.decisive_mismatches, 0) << "of " << agreement.decisive << " choices";
   EXPECT_GT(agreement.decisive, 9 * agreement.near_ties);

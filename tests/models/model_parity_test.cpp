@@ -192,34 +192,6 @@ double max_logprob_rounding(const at::Tensor& ref_logits_TV) {
   return testing::max_logprob_rounding(ref_logits_TV, test_documents());
 }
 
-// furlong's recorded expert ids ([P, L, K], -1 for dense layers) against transformers' (the
-// oracle's "routing"), token for token and in the router's order; each mismatch is a failure
-// that prints the oracle's margin p_(K) - p_(K+1) there. Returns the number of mismatches.
-int64_t routing_mismatches(const MoeTrace& trace, const io::SafetensorsFile& ref,
-                           const Json& config) {
-  auto ref_TLK = ref.tensor("routing");
-  auto ours_TLK = trace.recorded_PLK(config["num_hidden_layers"].get<int64_t>(),
-                                     config["num_experts_per_tok"].get<int64_t>());
-  EXPECT_EQ(ours_TLK.sizes(), ref_TLK.sizes());
-  if (ours_TLK.sizes() != ref_TLK.sizes()) return -1;
-  auto differ_TL = (ours_TLK != ref_TLK).any(-1);
-  auto where = differ_TL.nonzero();
-  auto gap_TL = ref.tensor("routing_gap");
-  for (int64_t i = 0; i < where.size(0); ++i) {
-    int64_t t = where[i][0].item<int64_t>(), l = where[i][1].item<int64_t>();
-    ADD_FAILURE() << "token " << t << " layer " << l << ": furlong chose " << ours_TLK[t][l]
-                  << ", transformers " << ref_TLK[t][l] << " (margin "
-                  << gap_TL[t][l].item<double>() << ")";
-  }
-  return where.size(0);
-}
-
-std::shared_ptr<MoeTrace> recording_trace() {
-  auto trace = std::make_shared<MoeTrace>();
-  trace->record = true;
-  return trace;
-}
-
 class ModelParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -316,11 +288,11 @@ TEST_F(ModelParity, Bf16LogprobsWithinTwiceTheBf16ErrorOfTransformers) {
     for (bool fused : {true, false}) {
       SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
       auto opts = options(c, fused);
-      if (is_moe(c.config)) opts.moe = recording_trace();
+      if (is_moe(c.config)) opts.moe = testing::recording_trace();
       auto lp = packed_logprobs(*model, batch, opts);
       // MoE: the same experts first (header comment), or the log-prob bound below is void.
       if (opts.moe) {
-        ASSERT_EQ(routing_mismatches(*opts.moe, *ref, c.config), 0);
+        ASSERT_EQ(testing::routing_mismatches(*opts.moe, *ref, c.config), 0);
       }
       auto lp_fp32 = ref->tensor("logprobs_fp32");
       double hf_error = max_abs_diff(ref->tensor("logprobs"), lp_fp32);
@@ -349,22 +321,17 @@ TEST_F(ModelParity, Fp32RoutingRecordedByFurlongEqualsTransformers) {
     // No near-tie: every margin is above 2 dz (p_(K) + p_(K+1)), dz = 2 budget(router_abs_scale)
     // (header comment).
     double dz = 2 * logits_budget(c.config, ref->tensor("router_abs_scale").item<double>());
-    int64_t K = c.config["num_experts_per_tok"].get<int64_t>();
-    auto top_TLk = std::get<0>(at::topk(ref->tensor("router_probs"), K + 1, -1));
-    auto needed_TL = 2 * dz * (top_TLk.select(-1, K - 1) + top_TLk.select(-1, K));
-    auto gap_TL = ref->tensor("routing_gap");
-    double worst = (needed_TL / gap_TL).max().item<double>();
-    RecordProperty(c.name + "_min_routing_margin", std::to_string(gap_TL.min().item<double>()));
-    RecordProperty(c.name + "_worst_margin_bound_over_margin", std::to_string(worst));
-    EXPECT_EQ((gap_TL <= needed_TL).sum().item<int64_t>(), 0)
-        << "a near-tie: pick another seed for " << c.name;
-    testing::tol::noted("routing_margin_needed_over_margin", worst, 1.0);
+    auto margin = testing::routing_margin(*ref, dz, c.config["num_experts_per_tok"].get<int64_t>());
+    RecordProperty(c.name + "_min_routing_margin", std::to_string(margin.min_margin));
+    RecordProperty(c.name + "_worst_margin_bound_over_margin", std::to_string(margin.worst));
+    EXPECT_EQ(margin.near_ties, 0) << "a near-tie: pick another seed for " << c.name;
+    testing::tol::noted("routing_margin_needed_over_margin", margin.worst, 1.0);
     for (bool fused : {true, false}) {
       SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
       auto opts = options(c, fused);
-      opts.moe = recording_trace();
+      opts.moe = testing::recording_trace();
       model->forward_hidden(batch, opts);
-      EXPECT_EQ(routing_mismatches(*opts.moe, *ref, c.config), 0);
+      EXPECT_EQ(testing::routing_mismatches(*opts.moe, *ref, c.config), 0);
       // Routing is not trivial: each sparse layer spreads the tokens over most experts.
       const auto& moe = model->config().moe;
       for (int64_t l = 0; l < model->config().num_hidden_layers; ++l) {

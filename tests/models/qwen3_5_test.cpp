@@ -17,6 +17,18 @@
 //    budget of one implementation is gamma_prob(16 L + 2) k_max) times the logits' absolute
 //    scale, with k_max the longest of D, F, 2 N H, Hv dv, C and the longest document; furlong
 //    vs transformers is twice that (through the exact value).
+//  * Qwen3.5-MoE: the sparse MLP replaces the dense one's 2 reductions by the router (D), its
+//    softmax (E), the top-k renormalization (K), each expert's SwiGLU (D, F), the shared
+//    expert (D, F) and its gate (D), and the combine (K + 1): 9, so 23 per layer. Routing is
+//    compared first, token for token, and the seed must leave no fp32 near-tie (the margin
+//    argument of model_parity_test.cpp, tests/common/hf_oracle.h: routing_margin).
+//    Its gradients go through the router's softmax and the renormalized top-k weights, whose
+//    conditioning (sum |terms| / |sum|) the dense argument below does not cover; they are held
+//    to accuracy instead: furlong's error against the float64 gradient (the oracle runs the
+//    model in float64) is at most twice transformers' own fp32 error over all gradients
+//    together, and four times it per parameter (a parameter of a few numbers, such as a
+//    layer's dt_bias, is a small sample of the rounding), plus 10 u for gradients both compute
+//    almost exactly.
 //  * fp32 log-probs and gradients as in model_parity_test.cpp (same arguments): log-probs
 //    within twice the logit bound plus both sides' log_softmax rounding; gradients norm-wise
 //    within 1e-4.
@@ -73,7 +85,12 @@ std::vector<Case> all_cases() {
             {"tie_word_embeddings", true}}),
        "float32", 22},
       {"qwen3_5_bf16", tiny_qwen3_5(), "bfloat16", 23},
+      {"qwen3_5_moe", testing::tiny_qwen3_5_moe_config(), "float32", 32},
   };
+}
+
+bool is_moe(const Json& c) {
+  return c.contains("num_experts");
 }
 
 // Three documents, one longer than a 64-token chunk (the state crosses a chunk boundary).
@@ -93,15 +110,17 @@ double k_max(const Json& c) {
   size_t longest = 0;
   for (const auto& d : test_documents()) longest = std::max(longest, d.size());
   return static_cast<double>(std::max<int64_t>(
-      {c["hidden_size"].get<int64_t>(), c["intermediate_size"].get<int64_t>(),
+      {c["hidden_size"].get<int64_t>(), c.value("intermediate_size", int64_t{0}),
        2 * c["num_attention_heads"].get<int64_t>() * c["head_dim"].get<int64_t>(),
        c["linear_num_value_heads"].get<int64_t>() * c["linear_value_head_dim"].get<int64_t>(),
-       int64_t{64}, static_cast<int64_t>(longest)}));
+       int64_t{64}, static_cast<int64_t>(longest),
+       c.value("shared_expert_intermediate_size", int64_t{0}),
+       c.value("num_experts", int64_t{0})}));
 }
 
 // One implementation's fp32 rounding budget per logit (header comment).
 double logits_budget(const Json& c, double abs_scale) {
-  const double reductions = 16.0 * c["num_hidden_layers"].get<double>() + 2;
+  const double reductions = (is_moe(c) ? 23.0 : 16.0) * c["num_hidden_layers"].get<double>() + 2;
   return testing::tol::gamma_prob(reductions * k_max(c), testing::tol::kUFp32) * abs_scale;
 }
 
@@ -113,6 +132,7 @@ class Qwen35Parity : public ::testing::Test {
     for (const auto& c : all_cases()) {
       Json want = Json::array({"logits", "logprobs"});
       want.push_back(c.dtype == "float32" ? "grads" : "fp32_reference");
+      if (is_moe(c.config)) want.insert(want.end(), {"routing", "grads_fp64"});
       plan.push_back({{"name", c.name},
                       {"mode", "create"},
                       {"config", c.config},
@@ -160,7 +180,12 @@ TEST_F(Qwen35Parity, PackedFp32LogitsAndLogprobsEqualTransformersPerDocument) {
     c10::NoGradGuard no_grad;
     for (bool fused : {true, false}) {
       SCOPED_TRACE(c.name + (fused ? " (fused kernels)" : " (ATen ops)"));
-      auto hidden = model->forward_hidden(batch, options(fused));
+      auto opts = options(fused);
+      if (is_moe(c.config)) opts.moe = testing::recording_trace();
+      auto hidden = model->forward_hidden(batch, opts);
+      if (opts.moe) {
+        ASSERT_EQ(testing::routing_mismatches(*opts.moe, *ref, c.config), 0);
+      }
       const auto& w = model->weights();
       const auto& head = model->head_weight(w[0], w[model->final_unit()]);
       auto logits = at::linear(hidden, head);
@@ -215,17 +240,70 @@ TEST_F(Qwen35Parity, GradientsEqualTransformersWithAndWithoutCheckpointing) {
                                targets.index_select(0, rows), {.with_entropy = false});
       (-lp.logprobs_T.mean()).backward();
       int checked = 0;
+      auto rel_to = [](const at::Tensor& g, const at::Tensor& exact) {
+        return (g - exact).norm().item<double>() / std::max(exact.norm().item<double>(), 1e-12);
+      };
+      std::vector<at::Tensor> ours_all, theirs_all, exact_all;
       for (const auto& [name, tensor] : model->named_weights()) {
         ASSERT_TRUE(tensor.grad().defined()) << name;
         auto ref_grad = ref->tensor("grad." + name);
-        const double rel = (tensor.grad() - ref_grad).norm().item<double>() /
-                           std::max(ref_grad.norm().item<double>(), 1e-12);
-        EXPECT_LE(testing::tol::noted("qwen3_5_grad_rel", rel, 1e-4), 1e-4) << name;
+        const double rel = rel_to(tensor.grad(), ref_grad);
         ++checked;
+        if (!is_moe(c.config)) {
+          EXPECT_LE(testing::tol::noted("qwen3_5_grad_rel", rel, 1e-4), 1e-4) << name;
+          continue;
+        }
+        // MoE: as accurate as transformers against the float64 gradient (header comment).
+        auto exact = ref->tensor("grad64." + name);
+        const double ours = rel_to(tensor.grad(), exact), theirs = rel_to(ref_grad, exact);
+        const double bound = 4 * theirs + 10 * testing::tol::kUFp32;
+        EXPECT_LE(testing::tol::noted("qwen3_5_moe_grad_error_over_hf", ours, bound), bound)
+            << name << ": transformers' own fp32 error " << theirs;
+        EXPECT_LT(rel, 1e-3) << name;
+        ours_all.push_back(tensor.grad().reshape(-1));
+        theirs_all.push_back(ref_grad.reshape(-1));
+        exact_all.push_back(exact.reshape(-1));
+      }
+      if (!ours_all.empty()) {
+        auto exact = at::cat(exact_all);
+        const double ours = rel_to(at::cat(ours_all), exact);
+        const double theirs = rel_to(at::cat(theirs_all), exact);
+        EXPECT_LE(ours, 2 * theirs + 10 * testing::tol::kUFp32)
+            << "all gradients: transformers' own fp32 error " << theirs;
       }
       EXPECT_EQ(checked, static_cast<int>(model->named_weights().size()));
     }
   }
+}
+
+// Qwen3.5-MoE: no fp32 near-tie for this seed (so routing must agree), and every layer spreads
+// the tokens over most experts (so the comparison above is not trivial).
+TEST_F(Qwen35Parity, MoeRoutingHasNoNearTieAndUsesMostExperts) {
+  int cases = 0;
+  for (const auto& c : all_cases()) {
+    if (!is_moe(c.config)) continue;
+    ++cases;
+    auto ref = outputs(c.name);
+    const double dz = 2 * logits_budget(c.config, ref->tensor("router_abs_scale").item<double>());
+    const int64_t K = c.config["num_experts_per_tok"].get<int64_t>();
+    auto margin = testing::routing_margin(*ref, dz, K);
+    EXPECT_EQ(margin.near_ties, 0) << "a near-tie: pick another seed for " << c.name << " (worst "
+                                   << margin.worst << ", min margin " << margin.min_margin << ")";
+    testing::tol::noted("qwen3_5_routing_margin_needed_over_margin", margin.worst, 1.0);
+    auto model = load(c);
+    c10::NoGradGuard no_grad;
+    auto opts = options(true);
+    opts.moe = testing::recording_trace();
+    auto batch = PackedBatch::from_documents(test_documents());
+    model->forward_hidden(batch, opts);
+    for (int64_t l = 0; l < c.config["num_hidden_layers"].get<int64_t>(); ++l) {
+      auto load_E = opts.moe->tokens_per_expert.at(static_cast<size_t>(l));
+      EXPECT_EQ(load_E.sum().item<int64_t>(), batch.num_tokens() * K);
+      EXPECT_GE((load_E > 0).sum().item<int64_t>(), c.config["num_experts"].get<int64_t>() - 2)
+          << "layer " << l;
+    }
+  }
+  EXPECT_EQ(cases, 1);
 }
 
 // The chunked rule (whole sequences, state carried over chunks) equals the recurrent rule (one
@@ -330,6 +408,25 @@ TEST(Qwen35Config, BadFieldsNameThemselves) {
                   {"model_type", "qwen3_5"}};
   msg = testing::error_of([&] { create_model(multimodal, "cfg.json"); });
   EXPECT_NE(msg.find("Qwen3_5ForCausalLM"), std::string::npos) << msg;
+  Json multimodal_moe{{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                      {"model_type", "qwen3_5_moe"}};
+  msg = testing::error_of([&] { create_model(multimodal_moe, "cfg.json"); });
+  EXPECT_NE(msg.find("Qwen3_5MoeForCausalLM"), std::string::npos) << msg;
+  msg = testing::error_of([&] {
+    create_model(testing::tiny_qwen3_5_moe_config({{"shared_expert_intermediate_size", 0}}),
+                 "cfg.json");
+  });
+  EXPECT_NE(msg.find("'shared_expert_intermediate_size' must be positive"), std::string::npos)
+      << msg;
+  msg = testing::error_of([&] {
+    create_model(testing::tiny_qwen3_5_moe_config({{"num_experts_per_tok", 9}}), "cfg.json");
+  });
+  EXPECT_NE(msg.find("'num_experts_per_tok' must be in [1, num_experts = 8]"), std::string::npos)
+      << msg;
+  // Every layer of Qwen3.5-MoE is sparse, with normalized top-k weights, as in transformers.
+  auto moe = create_model(testing::tiny_qwen3_5_moe_config({{"mlp_only_layers", {1}}}), "c");
+  EXPECT_EQ(moe->config().moe.num_sparse_layers(4), 4);
+  EXPECT_TRUE(moe->config().moe.norm_topk_prob);
   // Partial rotary is the architecture's: 0.25 when absent, and refused for Qwen3.
   auto model = create_model(tiny_qwen3_5(), "cfg.json");
   EXPECT_EQ(model->config().rope.partial_rotary_factor, 0.25);
