@@ -71,6 +71,10 @@ class Checkpoints : public ::testing::Test {
     return r;
   }
 
+  // Trains `config` (a tiny Qwen3.5 or Qwen3.5-MoE) under FSDP, exports it, and compares
+  // transformers' logits of the export with furlong's (below).
+  static void expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config);
+
   static std::vector<double> losses(const fs::path& metrics) {
     std::vector<double> out;
     for (const auto& row : read_jsonl(metrics))
@@ -199,9 +203,11 @@ TEST_F(Checkpoints, ExportHfWritesADirectoryTransformersLoads) {
 // loads the export (each document run alone: its torch code does not reset the DeltaNet state
 // at packed boundaries) and computes furlong's logits. Bound: the fp32 forward budget of
 // tests/models/qwen3_5_test.cpp for this model (4 layers, k_max 64 here: 16 reductions per
-// layer), twice (two implementations) — gamma_prob(66 * 64) ~ 2.3e-5 of the logits' absolute
-// scale, a few units here: 1e-4 as for the dense export above.
-TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
+// layer, 23 with MoE MLPs), twice (two implementations) — gamma_prob(94 * 64) ~ 2.8e-5 of the
+// logits' absolute scale, a few units here: 1e-4 as for the dense export above. The MoE export
+// also keeps transformers' per-expert names, and its routing (a discrete choice) must agree for
+// the logits to.
+Json tiny_qwen3_5_config(bool moe) {
   Json config = tiny_config(false);
   config.merge_patch({{"architectures", {"Qwen3_5ForCausalLM"}},
                       {"model_type", "qwen3_5_text"},
@@ -211,23 +217,35 @@ TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
                       {"linear_num_value_heads", 4},
                       {"linear_key_head_dim", 8},
                       {"linear_value_head_dim", 8}});
-  const auto model = dir_ / "qwen3_5";
+  if (moe) {
+    config.merge_patch({{"architectures", {"Qwen3_5MoeForCausalLM"}},
+                        {"model_type", "qwen3_5_moe_text"},
+                        {"num_experts", 4},
+                        {"num_experts_per_tok", 2},
+                        {"moe_intermediate_size", 16},
+                        {"shared_expert_intermediate_size", 16}});
+  }
+  return config;
+}
+
+void Checkpoints::expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config) {
+  const auto model = dir_ / name;
   write_model(model, config, at::kFloat, 6);
-  auto save = dir_ / "qwen3_5_run";
-  auto run = train(2, 1, save.string(), (dir_ / "qwen3_5.jsonl").string(), {}, "", model);
+  auto save = dir_ / (name + "_run");
+  auto run = train(2, 1, save.string(), (dir_ / (name + ".jsonl")).string(), {}, "", model);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto rows = read_jsonl(dir_ / "qwen3_5.jsonl");
+  auto rows = read_jsonl(dir_ / (name + ".jsonl"));
   ASSERT_EQ(rows.size(), 6u);
   EXPECT_LT(rows.back().value["train/loss"].get<double>(),
             rows.front().value["train/loss"].get<double>());
-  auto out = dir_ / "qwen3_5_exported";
+  auto out = dir_ / (name + "_exported");
   auto r = furlong::testing::run_command(
       furlong::testing::shell_quote(furlong::testing::furlong_binary().string()) +
       " export-hf --load " + furlong::testing::shell_quote(save.string()) + " --out " +
       furlong::testing::shell_quote(out.string()) + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::vector<int64_t>> docs = {{1, 5, 9, 13, 2, 40}, {7, 7, 3}};
-  Json plan = Json::array({{{"name", "qwen3_5_export"},
+  Json plan = Json::array({{{"name", name + "_export"},
                             {"mode", "load"},
                             {"model_dir", out.string()},
                             {"dtype", "float32"},
@@ -235,15 +253,23 @@ TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
                             {"documents", docs},
                             {"separate_documents", true},
                             {"want", {"logits"}}}});
-  write_file_atomic(dir_ / "qwen3_5_plan.json", plan.dump());
+  write_file_atomic(dir_ / (name + "_plan.json"), plan.dump());
   furlong::testing::run_python("oracles/hf_model_oracle.py",
-                               {(dir_ / "qwen3_5_plan.json").string(), dir_.string()});
-  auto ref =
-      io::SafetensorsFile::open(dir_ / "qwen3_5_export" / "outputs.safetensors")->tensor("logits");
+                               {(dir_ / (name + "_plan.json")).string(), dir_.string()});
+  auto ref = io::SafetensorsFile::open(dir_ / (name + "_export") / "outputs.safetensors")
+                 ->tensor("logits");
   c10::InferenceMode inference;
   auto ours = models::load_hf_model(out, {.dtype = at::kFloat})
                   ->forward_logits(models::PackedBatch::from_documents(docs));
   EXPECT_LE(furlong::testing::max_abs_diff(ours, ref), 1e-4);
+}
+
+TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
+  expect_qwen3_5_trains_and_exports("qwen3_5", tiny_qwen3_5_config(false));
+}
+
+TEST_F(Checkpoints, Qwen35MoeTrainsUnderFsdpAndExportsWhatTransformersLoads) {
+  expect_qwen3_5_trains_and_exports("qwen3_5_moe", tiny_qwen3_5_config(true));
 }
 
 }  // namespace
