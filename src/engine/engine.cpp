@@ -128,8 +128,14 @@ KvBudget Engine::Impl::plan_cache_memory() {
                             : default_mem_fraction_static(device.is_cuda());
   in.mem_fraction_static = mem_fraction_static;
   in.requested_tokens = options.max_total_tokens;
+  // Only the softmax-attention layers keep K/V; each running sequence holds its DeltaNet
+  // state beside the blocks (hybrid models).
+  const auto& la = cfg.linear_attention;
+  const auto kv_layers = cfg.num_hidden_layers - static_cast<int64_t>(la.layers.size());
   in.bytes_per_token =
-      KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype);
+      KvCache::bytes_per_token(kv_layers, cfg.num_key_value_heads, cfg.head_dim, dtype);
+  linear_state_bytes = la.state_bytes_per_sequence(static_cast<int64_t>(c10::elementSize(dtype)));
+  in.reserved_bytes = linear_state_bytes * options.max_running_requests;
   if (options.record_routed_experts) {  // the routing pool shares the cache's slots
     in.bytes_per_token +=
         KvCache::routing_bytes_per_token(cfg.num_hidden_layers, cfg.moe.experts_per_token);
@@ -196,6 +202,12 @@ std::unique_ptr<Engine> Engine::load(const std::string& hf_dir, const EngineOpti
            format_gb(impl->cache_budget.bytes), ", ",
            impl->cache_budget.automatic ? "sized from --mem-fraction-static" : "--max-total-tokens",
            options.record_routed_experts ? ", with the routed-experts record" : "", ")");
+  if (impl->linear_state_bytes > 0) {
+    LOG_INFO("engine: DeltaNet state ", format_gb(impl->linear_state_bytes),
+             " per running sequence, ",
+             format_gb(impl->linear_state_bytes * options.max_running_requests), " for ",
+             options.max_running_requests, " (--max-running-requests), reserved before the cache");
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -226,10 +238,10 @@ void Engine::Impl::load_model_and_cache(const std::string& hf_dir,
   pack_weights = choose_packing();
   pack_all_weights();
   cache_budget = plan_cache_memory();
-  cache = std::make_unique<KvCache>(cfg.num_hidden_layers, cache_budget.num_blocks,
-                                    options.kv_block_size, cfg.num_key_value_heads, cfg.head_dim,
-                                    at::TensorOptions().dtype(dtype).device(device),
-                                    options.record_routed_experts ? cfg.moe.experts_per_token : 0);
+  cache = std::make_unique<KvCache>(
+      cfg.num_hidden_layers, cache_budget.num_blocks, options.kv_block_size,
+      cfg.num_key_value_heads, cfg.head_dim, at::TensorOptions().dtype(dtype).device(device),
+      options.record_routed_experts ? cfg.moe.experts_per_token : 0, cfg.linear_attention.layers);
 }
 
 // The GEMM weights of the engine's steps that packing would copy: every layer's and the head's
@@ -325,6 +337,7 @@ Json Engine::model_info() const {
               {"kv_block_size", impl_->options.kv_block_size},
               {"max_total_tokens", impl_->cache->capacity_tokens()},
               {"kv_cache_bytes", impl_->cache_bytes},
+              {"linear_state_bytes_per_sequence", impl_->linear_state_bytes},
               {"packed_weight_bytes", impl_->packed_weights.bytes()},
               {"record_routed_experts", impl_->options.record_routed_experts},
               {"num_experts_per_tok", cfg.moe.experts_per_token},

@@ -77,6 +77,7 @@ struct Engine::Impl {
   int64_t context_length = 0;
   std::unique_ptr<KvCache> cache;
   int64_t cache_bytes = 0;         // of the K/V pools (model_info)
+  int64_t linear_state_bytes = 0;  // one running sequence's DeltaNet state (hybrid models)
   double mem_fraction_static = 0;  // the fraction used (the option or the device default)
   KvBudget plan_cache_memory();    // at load, after the weights (engine.cpp)
   // Loads the model, tokenizer and KV cache (Engine::load runs it on a fresh thread).

@@ -4,6 +4,10 @@
 // total for everything else (activations, logits, a colocated trainer, other processes):
 //
 //   kv_bytes = min(fraction * total - weights, available_after_weights - (1 - fraction) * total)
+//              - reserved
+//
+// where `reserved` is what the running sequences hold outside the blocks: the DeltaNet states
+// of hybrid models (max_running_requests of them).
 //
 // max_total_tokens = 0 takes the largest cache this allows (whole blocks, at most what
 // max_running_requests sequences of context_length tokens could ever reserve); an explicit
@@ -22,6 +26,7 @@ struct KvBudgetInput {
   int64_t weight_bytes = 0;        // the loaded weights
   double mem_fraction_static = 0;  // (0, 1]
   int64_t requested_tokens = 0;    // --max-total-tokens (0 = automatic)
+  int64_t reserved_bytes = 0;      // held beside the blocks (DeltaNet states), >= 0
   int64_t bytes_per_token = 0;     // K and V of all layers
   int64_t block_size = 16;
   int64_t max_useful_tokens = 0;  // max_running_requests * context_length (rounded to blocks)

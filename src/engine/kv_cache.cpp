@@ -3,19 +3,25 @@
 #include <ATen/ATen.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace furlong::engine {
 
 KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
-                 int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k)
+                 int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k,
+                 std::vector<int64_t> layers_without_kv)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
       options_(options),
-      routing_top_k_(routing_top_k) {
+      routing_top_k_(routing_top_k),
+      layers_without_kv_(std::move(layers_without_kv)) {
+  FURLONG_ASSERT(std::is_sorted(layers_without_kv_.begin(), layers_without_kv_.end()),
+                 "kv cache: layers_without_kv must be ascending");
   FURLONG_CHECK(block_size > 0, "kv cache: block size must be positive, got ", block_size);
   FURLONG_CHECK(num_blocks > 0, "kv cache: needs at least one block");
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -23,9 +29,20 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
   rebuild();
 }
 
-int64_t KvCache::bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t head_dim,
+int64_t KvCache::bytes_per_token(int64_t kv_layers, int64_t kv_heads, int64_t head_dim,
                                  c10::ScalarType dtype) {
-  return 2 * num_layers * kv_heads * head_dim * static_cast<int64_t>(c10::elementSize(dtype));
+  return 2 * kv_layers * kv_heads * head_dim * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+bool KvCache::has_kv(int64_t layer) const {
+  return !std::binary_search(layers_without_kv_.begin(), layers_without_kv_.end(), layer);
+}
+
+int64_t KvCache::first_kv_layer() const {
+  for (int64_t l = 0; l < num_layers_; ++l) {
+    if (has_kv(l)) return l;
+  }
+  return -1;
 }
 
 // One [S, rows, cols] pool, uninitialized. On CPU a private anonymous mapping: its pages are
@@ -54,8 +71,11 @@ void KvCache::rebuild() {
   k_.clear();
   v_.clear();
   for (int64_t l = 0; l < num_layers_; ++l) {
-    k_.push_back(fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false));
-    v_.push_back(fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false));
+    const bool kv = has_kv(l);
+    k_.push_back(kv ? fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false)
+                    : at::Tensor());
+    v_.push_back(kv ? fresh_pool(kv_heads_, head_dim_, options_, /*row_major_slots=*/false)
+                    : at::Tensor());
   }
   if (routing_top_k_ > 0)
     routing_ = fresh_pool(num_layers_, routing_top_k_, options_.dtype(at::kInt),
@@ -113,6 +133,7 @@ void KvCache::copy_slots(const at::Tensor& from_host, const at::Tensor& to_host)
   if (from_host.numel() == 0) return;
   const auto from = from_host.to(options_.device()), to = to_host.to(options_.device());
   for (int64_t l = 0; l < num_layers_; ++l) {
+    if (!k_[l].defined()) continue;
     k_[l].index_copy_(0, to, k_[l].index_select(0, from));
     v_[l].index_copy_(0, to, v_[l].index_select(0, from));
   }

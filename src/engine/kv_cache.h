@@ -8,6 +8,9 @@
 // share() adds one, free() drops one; a block is free again when its last reference goes, so
 // a shared block is counted once in num_free_blocks().
 //
+// Hybrid models (Qwen3.5): only the softmax-attention layers have K/V pools; the DeltaNet
+// layers keep a fixed-size state per sequence instead, outside this cache.
+//
 // Routing (EngineOptions::record_routed_experts): beside K and V, an int32 pool [S, L, K] of the
 // top-k expert ids every MoE layer chose for the token in each slot (SGLang's per-KV-slot host
 // buffer of routed experts), written by the forward that writes the slot's K/V. Slots shared
@@ -35,11 +38,14 @@ namespace furlong::engine {
 class KvCache {
  public:
   // routing_top_k > 0 adds the routing pool (num_layers x routing_top_k ids per slot).
+  // `layers_without_kv` (ascending) have no K/V pools: the DeltaNet layers of hybrid models,
+  // which keep a per-sequence state instead (engine_impl.h, Sequence::linear_state).
   KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t kv_heads,
-          int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k = 0);
+          int64_t head_dim, const c10::TensorOptions& options, int64_t routing_top_k = 0,
+          std::vector<int64_t> layers_without_kv = {});
 
-  // Bytes of K and V over all layers for one token slot.
-  static int64_t bytes_per_token(int64_t num_layers, int64_t kv_heads, int64_t head_dim,
+  // Bytes of K and V over `kv_layers` layers for one token slot.
+  static int64_t bytes_per_token(int64_t kv_layers, int64_t kv_heads, int64_t head_dim,
                                  c10::ScalarType dtype);
   // Bytes of the routing pool for one token slot (int32 ids of every layer).
   static int64_t routing_bytes_per_token(int64_t num_layers, int64_t top_k) {
@@ -72,8 +78,11 @@ class KvCache {
   // layer (bit-exact).
   void copy_slots(const at::Tensor& from_host, const at::Tensor& to_host);
 
-  at::Tensor& k(int64_t layer) { return k_[layer]; }  // [S, K, H] (see Layout), S = blocks * size
+  // [S, K, H] (see Layout), S = blocks * size; undefined for a layer without K/V.
+  at::Tensor& k(int64_t layer) { return k_[layer]; }
   at::Tensor& v(int64_t layer) { return v_[layer]; }
+  bool has_kv(int64_t layer) const;
+  int64_t first_kv_layer() const;  // -1 when no layer has K/V
   bool records_routing() const { return routing_top_k_ > 0; }
   at::Tensor& routing() { return routing_; }  // int32 [S, L, K] (records_routing() only)
 
@@ -89,7 +98,8 @@ class KvCache {
   int64_t num_layers_, num_blocks_, block_size_, kv_heads_, head_dim_;
   c10::TensorOptions options_;
   int64_t routing_top_k_ = 0;
-  std::vector<at::Tensor> k_, v_;
+  std::vector<int64_t> layers_without_kv_;
+  std::vector<at::Tensor> k_, v_;  // indexed by layer; undefined for layers without K/V
   at::Tensor routing_;
   std::vector<int64_t> free_;  // a stack: lowest block ids handed out first
   std::vector<int32_t> refs_;  // references per block (0 = free)

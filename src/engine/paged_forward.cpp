@@ -165,10 +165,8 @@ class StepLinearStates : public models::LinearAttentionStates {
                    c10::ScalarType dtype, c10::Device device)
       : seqs_(seqs), staged_(static_cast<size_t>(model.num_layers())) {
     const auto& la = model.config().linear_attention;
-    const int64_t C =
-        2 * la.num_key_heads * la.key_head_dim + la.num_value_heads * la.value_head_dim;
-    zero_window_ =
-        at::zeros({C, la.conv_kernel - 1}, at::TensorOptions().dtype(dtype).device(device));
+    zero_window_ = at::zeros({la.conv_channels(), la.conv_kernel - 1},
+                             at::TensorOptions().dtype(dtype).device(device));
     zero_state_ = at::zeros({la.num_value_heads, la.key_head_dim, la.value_head_dim},
                             at::TensorOptions().dtype(at::kFloat).device(device));
     for (const auto& s : seqs_) {
@@ -253,13 +251,15 @@ at::Tensor paged_forward(const models::CausalLM& model, KvCache& cache,
     ctx.moe->record = true;
   }
   const models::AttnImpl impl = options.attn;
-  const bool in_place = impl != models::AttnImpl::kEager &&
-                        x_PD.scalar_type() == cache.k(0).scalar_type() &&
+  const int64_t kv0 = cache.first_kv_layer();
+  const bool in_place = kv0 >= 0 && impl != models::AttnImpl::kEager &&
+                        x_PD.scalar_type() == cache.k(kv0).scalar_type() &&
                         kernels::decode_attention_supported(model.config().num_attention_heads,
-                                                            cache.k(0), cache.v(0));
+                                                            cache.k(kv0), cache.v(kv0));
   const DecodeBatch decodes(seqs, cu, device, in_place);
   ctx.attention_override = [&](int64_t layer, const at::Tensor& q_PNH, const at::Tensor& k_PKH,
                                const at::Tensor& v_PKH, double scale) {
+    FURLONG_ASSERT(cache.has_kv(layer), "paged_forward: layer ", layer, " has no K/V pool");
     auto& k_cache = cache.k(layer);
     auto& v_cache = cache.v(layer);
     if (kernels::write_cache_rows_supported(k_cache, slots_P, k_PKH) &&

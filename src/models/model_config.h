@@ -67,6 +67,17 @@ struct LinearAttentionConfig {
 
   bool enabled() const { return !layers.empty(); }
   bool is_linear_layer(int64_t layer) const;
+  // Channels of the conv over q, k and v: 2 * num_key_heads * d_k + num_value_heads * d_v.
+  int64_t conv_channels() const {
+    return 2 * num_key_heads * key_head_dim + num_value_heads * value_head_dim;
+  }
+  // Bytes of one sequence's state over all DeltaNet layers: the conv window [C, W - 1] in the
+  // compute dtype and the recurrent state [Hv, d_k, d_v] in fp32.
+  int64_t state_bytes_per_sequence(int64_t compute_dtype_bytes) const {
+    const auto n = static_cast<int64_t>(layers.size());
+    return n * (conv_channels() * (conv_kernel - 1) * compute_dtype_bytes +
+                num_value_heads * key_head_dim * value_head_dim * 4);
+  }
 };
 
 struct ModelConfig {

@@ -19,6 +19,7 @@
 #include "common/tiny_models.h"
 #include "core/files.h"
 #include "engine/engine.h"
+#include "engine/kv_cache.h"
 #include "engine_test_util.h"
 #include "models/causal_lm.h"
 #include "models/logprobs.h"
@@ -150,6 +151,39 @@ TEST_F(EngineQwen35, ExactLogprobsAreTheTrainersScoring) {
   auto want = at::tensor(engine_lp, at::kFloat);
   EXPECT_TRUE(at::equal(lp, want))
       << "max |diff| " << at::max(at::abs(lp - want)).item().toDouble();
+}
+
+// Memory: K/V only for the one softmax-attention layer of four, and the DeltaNet states of
+// --max-running-requests sequences reserved before the blocks:
+//   kv_bytes <= fraction * total - weights - running * state_bytes < kv_bytes + one block.
+TEST_F(EngineQwen35, CacheHoldsKvOfAttentionLayersAndReservesTheStates) {
+  auto o = small_engine_options();
+  o.max_total_tokens = 0;
+  o.mem_fraction_static = 0.5;
+  o.test_memory_bytes = 4'000'000;  // small enough that memory, not the context, bounds it
+  o.max_running_requests = 16;
+  auto engine = load(o);
+  const auto info = engine->model_info();
+  const auto& c = engine->model().config();
+  const auto& la = c.linear_attention;
+  ASSERT_EQ(la.layers.size(), 3u);
+  const int64_t token_bytes =
+      KvCache::bytes_per_token(1, c.num_key_value_heads, c.head_dim, at::kFloat);
+  const int64_t state_bytes = 3 * (la.conv_channels() * (la.conv_kernel - 1) * 4 +
+                                   la.num_value_heads * la.key_head_dim * la.value_head_dim * 4);
+  EXPECT_EQ(info["linear_state_bytes_per_sequence"].get<int64_t>(), state_bytes);
+  int64_t weights = 0;
+  for (const auto& [name, t] : engine->model().named_weights()) {
+    weights += static_cast<int64_t>(t.nbytes());
+  }
+  const int64_t budget = 2'000'000 - weights - 16 * state_bytes;
+  const int64_t kv = info["kv_cache_bytes"].get<int64_t>();
+  const int64_t tokens = info["max_total_tokens"].get<int64_t>();
+  EXPECT_EQ(kv, tokens * token_bytes);
+  EXPECT_LE(kv, budget);
+  EXPECT_GT(kv + o.kv_block_size * token_bytes, budget);
+  // Still generates what transformers does (the DeltaNet layers never touch the cache).
+  expect_oracle_tokens(engine->generate(greedy_requests(prompts_, kMaxNew)));
 }
 
 }  // namespace

@@ -176,6 +176,27 @@ TEST(EngineKvCache, CopySlotsIsBitExact) {
   }
 }
 
+// Hybrid models: the DeltaNet layers get no K/V pools; copying slots skips them.
+TEST(EngineKvCache, LayersWithoutKvHaveNoPools) {
+  KvCache cache(4, 2, 4, 1, 3, at::kFloat, 0, {0, 1, 3});
+  EXPECT_EQ(cache.first_kv_layer(), 2);
+  for (int64_t l : {0, 1, 3}) {
+    EXPECT_FALSE(cache.has_kv(l));
+    EXPECT_FALSE(cache.k(l).defined());
+    EXPECT_FALSE(cache.v(l).defined());
+  }
+  ASSERT_TRUE(cache.has_kv(2));
+  auto values = at::randn({2, 1, 3});
+  auto from = at::tensor({1, 2}, at::kLong), to = at::tensor({5, 6}, at::kLong);
+  cache.k(2).index_copy_(0, from, values);
+  cache.copy_slots(from, to);
+  EXPECT_TRUE(at::equal(cache.k(2).index_select(0, to), values));
+  cache.release();
+  cache.rebuild();
+  EXPECT_FALSE(cache.k(0).defined());
+  EXPECT_EQ(cache.k(2).size(0), 8);
+}
+
 KvBudgetInput budget_input(int64_t total, int64_t available, int64_t weights) {
   KvBudgetInput in;
   in.memory = {total, available};
@@ -222,6 +243,24 @@ TEST(EngineKvBudget, TooLittleMemoryFailsNamingTheFlags) {
   EXPECT_NE(msg.find("only 9.00 GB is available"), std::string::npos) << msg;
   in.requested_tokens = 8'000'000;  // honoured even above the fraction's 4 GB
   EXPECT_EQ(plan_kv_cache(in).num_blocks, 500'000);
+}
+
+// What the running sequences hold beside the blocks (DeltaNet states) comes off the cache, in
+// both sizing modes, and a reservation that leaves nothing names --max-running-requests.
+TEST(EngineKvBudget, ReservedBytesComeOffTheCache) {
+  auto in = budget_input(10'000'000'000, 9'000'000'000, 1'000'000'000);
+  in.reserved_bytes = 1'500'000'000;
+  auto b = plan_kv_cache(in);  // min(5 - 1, 9 - 5) - 1.5 = 2.5 GB
+  EXPECT_LE(b.bytes, 2'500'000'000);
+  EXPECT_GT(b.bytes, 2'500'000'000 - 16'000);
+  in.requested_tokens = 8'000'000;  // 8 GB of 9 GB free, with 1.5 GB reserved: no longer fits
+  auto msg = error_of([&] { plan_kv_cache(in); });
+  EXPECT_NE(msg.find("only 7.50 GB is available"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1.50 GB go to the DeltaNet states"), std::string::npos) << msg;
+  in.requested_tokens = 0;
+  in.reserved_bytes = 4'000'000'000;
+  msg = error_of([&] { plan_kv_cache(in); });
+  EXPECT_NE(msg.find("--max-running-requests"), std::string::npos) << msg;
 }
 
 TEST(Sampler, CandidatesApplyTopKTopPMinP) {
