@@ -16,7 +16,9 @@ PLAN.json is a list of cases written by the C++ test:
 separate_documents is for models whose transformers code does not split a packed row at the
 position resets (Qwen3.5's Gated DeltaNet layers carry their state across the row): each
 document then runs as its own batch of one, which is what packing must equal.
-For mode=create the model is written to OUT_DIR/<name>/model (HF format, `dtype`).
+For mode=create the model is written to OUT_DIR/<name>/model (HF format, `dtype`); a config whose
+architecture is a multimodal *ForConditionalGeneration is created as that class (with its vision
+tower), and is then run as transformers' AutoModelForCausalLM loads it: the text model alone.
 Outputs go to OUT_DIR/<name>/outputs.safetensors:
   logits [T, V] fp32 (the model's logits upcast), logprobs [T] fp32 (log-prob of the next
   token, 0 at each document's last position), entropy [T] (of the next-token distribution,
@@ -57,7 +59,13 @@ def create_model(case, out_dir):
     fields = {k: v for k, v in case["config"].items() if k not in ("architectures", "model_type")}
     config = AutoConfig.for_model(case["config"]["model_type"], **fields)
     config.architectures = case["config"]["architectures"]
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=case["attn"])
+    arch = config.architectures[0]
+    if arch.endswith("ForConditionalGeneration"):  # a multimodal model: text + vision tower
+        import transformers
+        model = getattr(transformers, arch)._from_config(config,
+                                                         attn_implementation=case["attn"])
+    else:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=case["attn"])
     model = model.to(torch.float32)
     if case.get("perturb", True):
         gen = torch.Generator().manual_seed(case["seed"] + 1)

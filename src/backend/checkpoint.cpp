@@ -22,6 +22,8 @@
 #include "core/strings.h"
 #include "dist/process_group.h"
 #include "io/safetensors.h"
+#include "models/hf_model.h"
+#include "models/registry.h"
 
 namespace furlong::backend {
 namespace fs = std::filesystem;
@@ -149,10 +151,27 @@ void copy_hf_files(const fs::path& from, const fs::path& to) {
   ensure_directory(to);
   for (const char* name :
        {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-        "special_tokens_map.json", "chat_template.jinja"}) {
+        "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt",
+        "preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json"}) {
     if (fs::exists(from / name))
       fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
   }
+}
+
+// The file beside a checkpoint's hf/ files that holds the tensors of a multimodal checkpoint
+// that furlong does not run (the vision tower), under their stored names.
+constexpr const char* kPassengerFile = "passengers.safetensors";
+
+// Copies those tensors from the source checkpoint `hf`, as they are; nothing for a causal LM.
+void copy_passenger_tensors(const std::string& hf, const fs::path& to,
+                            const models::CausalLM& model) {
+  auto weights = models::open_hf_weights(hf, model.config());
+  const auto names = models::passenger_tensors(model, weights);
+  if (names.empty()) return;
+  auto stored = io::HfWeights::open(hf);
+  io::NamedTensors tensors;
+  for (const auto& name : names) tensors.emplace_back(name, stored.get(name).contiguous());
+  io::save_safetensors(to / kPassengerFile, tensors, {{"format", "pt"}});
 }
 
 void write_rng(const fs::path& dir, int rank) {
@@ -282,6 +301,8 @@ void save_checkpoint(const fs::path& root, int64_t rollout_id, FsdpBackend& back
     write_file_atomic(partial / "lr_scheduler.json",
                       backend.scheduler().state_dict().dump(1) + "\n");
     copy_hf_files(backend.options().model.hf_checkpoint, partial / "hf");
+    copy_passenger_tensors(backend.options().model.hf_checkpoint, partial / "hf",
+                           backend.model().model());
     Json meta = {{"format", "furlong-checkpoint-v1"},
                  {"iteration", iteration},
                  {"rollout_id", rollout_id},
@@ -417,6 +438,9 @@ void export_hf(const fs::path& checkpoint_root, std::optional<int64_t> iteration
   FURLONG_CHECK(!fs::exists(out / "config.json"), out.string(),
                 ": already holds a model; choose an empty directory");
   Json config = read_json_file(dir / "hf" / "config.json");
+  // A multimodal checkpoint's text tensors go back under its own prefix.
+  const auto model_config =
+      models::create_model(config, (dir / "hf" / "config.json").string())->config();
   const auto policy = policy_dtype(read_json_file(dir / "meta.json"));
   const auto out_dtype = dtype.value_or(policy);
   ShardedReader reader(dir / "model");
@@ -427,7 +451,16 @@ void export_hf(const fs::path& checkpoint_root, std::optional<int64_t> iteration
     auto policy_weights = reader.rows(it.key(), 0, shape[0]).to(policy);
     auto exported = policy_weights.to(out_dtype).contiguous();
     if (out_dtype != policy) loss.add(policy_weights, exported);
-    tensors.emplace_back(it.key(), std::move(exported));
+    tensors.emplace_back(models::checkpoint_tensor_name(model_config, it.key()),
+                         std::move(exported));
+  }
+  size_t passengers = 0;
+  if (fs::exists(dir / "hf" / kPassengerFile)) {  // exported as they were loaded
+    auto file = io::SafetensorsFile::open(dir / "hf" / kPassengerFile);
+    for (const auto& info : file->tensors()) {
+      tensors.emplace_back(info.name, file->tensor(info.name));
+      ++passengers;
+    }
   }
   if (out_dtype != policy) {
     LOG_WARN("export-hf: --dtype ", dtype_name(out_dtype), " rounds the trained policy's ",
@@ -443,7 +476,8 @@ void export_hf(const fs::path& checkpoint_root, std::optional<int64_t> iteration
   config["torch_dtype"] = dtype_name(out_dtype);
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
   LOG_INFO("exported ", dir.string(), " to ", out.string(), " (", tensors.size(), " tensors, ",
-           dtype_name(out_dtype), ")");
+           dtype_name(out_dtype),
+           passengers ? ", " + std::to_string(passengers) + " of them kept as loaded" : "", ")");
 }
 
 }  // namespace furlong::backend

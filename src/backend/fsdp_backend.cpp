@@ -104,7 +104,7 @@ int64_t FsdpBackend::init() {
     loaded_driver_state_ = loaded->extra;
   } else {
     auto t0 = std::chrono::steady_clock::now();
-    model_->load_hf(io::HfWeights::open(hf));
+    model_->load_hf(models::open_hf_weights(hf, model_->model().config()));
     LOG_INFO("loaded ", model_->model().config().architecture, " (",
              model_->model().num_parameters(), " parameters) from ", hf, " in ",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

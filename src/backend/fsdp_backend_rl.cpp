@@ -53,7 +53,7 @@ void FsdpBackend::load_reference_model() {
   ref_options.cpu_offload = true;
   ref_model_ =
       std::make_unique<fsdp::FsdpModel>(std::move(model), *mesh_, ref_options, groups_->device());
-  ref_model_->load_hf(io::HfWeights::open(hf));
+  ref_model_->load_hf(models::open_hf_weights(hf, ref_model_->model().config()));
   LOG_INFO("loaded the reference model (frozen) from ", hf);
 }
 

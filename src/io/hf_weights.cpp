@@ -176,6 +176,28 @@ HfWeights HfWeights::open(const fs::path& dir) {
   return weights;
 }
 
+void HfWeights::rename_prefix(const std::string& stored_prefix, const std::string& prefix) {
+  std::map<std::string, size_t, std::less<>> renamed;
+  for (const auto& [name, file] : owner_) {
+    if (!name.starts_with(stored_prefix)) {
+      renamed.emplace(name, file);
+      continue;
+    }
+    const std::string original = on_disk(name);
+    const std::string alias = prefix + name.substr(stored_prefix.size());
+    FURLONG_CHECK(!owner_.count(alias), dir_.string(), ": tensor '", alias, "' is stored both as ",
+                  "itself and as '", original, "'");
+    renamed.emplace(alias, file);
+    stored_[alias] = original;
+  }
+  owner_ = std::move(renamed);
+}
+
+std::string HfWeights::on_disk(std::string_view name) const {
+  auto it = stored_.find(name);
+  return it == stored_.end() ? std::string(name) : it->second;
+}
+
 std::vector<std::string> HfWeights::names() const {
   std::vector<std::string> out;
   out.reserve(owner_.size());
@@ -190,7 +212,7 @@ bool HfWeights::contains(std::string_view name) const {
 const TensorInfo& HfWeights::info(std::string_view name) const {
   auto it = owner_.find(name);
   if (it == owner_.end()) fail_unknown_tensor(*this, name);
-  return *files_[it->second]->find(name);
+  return *files_[it->second]->find(on_disk(name));
 }
 
 fs::path HfWeights::file_of(std::string_view name) const {
@@ -202,7 +224,7 @@ fs::path HfWeights::file_of(std::string_view name) const {
 at::Tensor HfWeights::get(std::string_view name) const {
   auto it = owner_.find(name);
   if (it == owner_.end()) fail_unknown_tensor(*this, name);
-  return files_[it->second]->tensor(name);
+  return files_[it->second]->tensor(on_disk(name));
 }
 
 void save_hf_weights(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes) {

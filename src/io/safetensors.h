@@ -87,6 +87,13 @@ class HfWeights {
   // else <dir>/model.safetensors; an error lists what was looked for.
   static HfWeights open(const std::filesystem::path& dir);
 
+  // Looks tensors stored under `stored_prefix` up under `prefix` instead (a multimodal
+  // checkpoint's "model.language_model." as a causal LM's "model."): names() lists them so, and
+  // on_disk() gives back the stored name. Tensors outside `stored_prefix` keep their names.
+  void rename_prefix(const std::string& stored_prefix, const std::string& prefix);
+  // The name `name` is stored under in the files.
+  std::string on_disk(std::string_view name) const;
+
   std::vector<std::string> names() const;
   bool contains(std::string_view name) const;
   const TensorInfo& info(std::string_view name) const;
@@ -98,7 +105,8 @@ class HfWeights {
  private:
   std::filesystem::path dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::map<std::string, size_t, std::less<>> owner_;  // tensor name -> index in files_
+  std::map<std::string, size_t, std::less<>> owner_;        // tensor name -> index in files_
+  std::map<std::string, std::string, std::less<>> stored_;  // renamed name -> name in the file
 };
 
 // Writes weights as HF does: one model.safetensors when they fit in `max_shard_bytes`, else

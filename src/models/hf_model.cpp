@@ -112,6 +112,34 @@ std::optional<uint64_t> available_host_memory() {
 
 }  // namespace
 
+io::HfWeights open_hf_weights(const std::filesystem::path& dir, const ModelConfig& config) {
+  auto weights = io::HfWeights::open(dir);
+  if (config.checkpoint_text_prefix != "model.") {
+    weights.rename_prefix(config.checkpoint_text_prefix, "model.");
+  }
+  return weights;
+}
+
+std::string checkpoint_tensor_name(const ModelConfig& config, const std::string& name) {
+  static const std::string kModel = "model.";
+  if (config.checkpoint_text_prefix == kModel || !name.starts_with(kModel)) return name;
+  return config.checkpoint_text_prefix + name.substr(kModel.size());
+}
+
+std::vector<std::string> passenger_tensors(const CausalLM& model, const io::HfWeights& weights) {
+  if (model.config().checkpoint_text_prefix == "model.") return {};
+  std::set<std::string> used;
+  for (const auto& unit : model.units()) {
+    for (const auto& spec : unit.params) used.insert(spec.name);
+  }
+  std::vector<std::string> out;
+  for (const auto& name : weights.names()) {
+    const bool tied_head = name == "lm_head.weight" && model.config().tie_word_embeddings;
+    if (!used.count(name) && !tied_head) out.push_back(weights.on_disk(name));
+  }
+  return out;
+}
+
 Json read_hf_config(const std::filesystem::path& dir) {
   auto path = dir / "config.json";
   FURLONG_CHECK(std::filesystem::is_directory(dir), dir.string(),
@@ -122,9 +150,13 @@ Json read_hf_config(const std::filesystem::path& dir) {
   FURLONG_CHECK(std::filesystem::is_regular_file(path, ec), path.string(), ": not a regular file");
   Json config = read_json_file(path);
   if (config.is_object() && holds_weights(dir)) {
-    auto weights = io::HfWeights::open(dir);
-    check_fields_against_checkpoint(config, weights, path.string());
-    check_weight_shapes(*create_model(config, path.string()), weights, dir);
+    auto model = create_model(config, path.string());
+    auto weights = open_hf_weights(dir, model->config());
+    // A multimodal checkpoint describes its text model in text_config.
+    const bool nested = config.contains("text_config") && config["text_config"].is_object();
+    check_fields_against_checkpoint(nested ? config["text_config"] : config, weights,
+                                    path.string());
+    check_weight_shapes(*model, weights, dir);
   }
   return config;
 }
@@ -133,13 +165,14 @@ void check_weight_shapes(const CausalLM& model, const io::HfWeights& weights,
                          const std::filesystem::path& dir) {
   for (const auto& unit : model.units()) {
     for (const auto& spec : unit.params) {
-      FURLONG_CHECK(weights.contains(spec.name), dir.string(), ": tensor '", spec.name,
+      const auto stored = checkpoint_tensor_name(model.config(), spec.name);
+      FURLONG_CHECK(weights.contains(spec.name), dir.string(), ": tensor '", stored,
                     "' is missing from the checkpoint (", model.config().architecture,
                     " expects shape ", shape_string(spec.shape), ")");
       const auto& info = weights.info(spec.name);
       FURLONG_CHECK(info.shape == spec.shape, weights.file_of(spec.name).string(), ": tensor '",
-                    spec.name, "' has shape ", shape_string(info.shape),
-                    " but config.json implies ", shape_string(spec.shape));
+                    stored, "' has shape ", shape_string(info.shape), " but config.json implies ",
+                    shape_string(spec.shape));
     }
   }
 }
@@ -172,6 +205,14 @@ void load_weights(CausalLM& model, const io::HfWeights& weights, const std::file
       used.insert(spec.name);
     }
   }
+  const auto passengers = passenger_tensors(model, weights);
+  if (!passengers.empty()) {
+    LOG_INFO(dir.string(), ": running the text model of ",
+             model.config().raw.value("architectures", Json::array()).dump(), "; ",
+             passengers.size(),
+             " tensors outside it (such as the vision tower) are kept as they are, not trained");
+    return;
+  }
   std::vector<std::string> unused;
   for (const auto& name : weights.names()) {
     bool tied_head = name == "lm_head.weight" && model.config().tie_word_embeddings;
@@ -188,7 +229,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
                                         const LoadOptions& options) {
   Json config = read_hf_config(dir);
   auto model = create_model(config, (dir / "config.json").string());
-  auto weights = io::HfWeights::open(dir);
+  auto weights = open_hf_weights(dir, model->config());
   auto dtype = options.dtype.value_or(model->config().dtype);
   if (options.auto_dtype) {
     std::string reason;
@@ -204,7 +245,9 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
 
 Json hf_config_json(const CausalLM& model, c10::ScalarType dtype) {
   Json json = model.config().raw;
-  json["architectures"] = Json::array({model.config().architecture});
+  if (model.config().checkpoint_text_prefix == "model.") {
+    json["architectures"] = Json::array({model.config().architecture});
+  }
   json.erase("dtype");
   json["torch_dtype"] = dtype_name(dtype);
   return json;
@@ -216,7 +259,8 @@ void save_hf_model(const CausalLM& model, const std::filesystem::path& dir, c10:
   ensure_directory(dir);
   io::NamedTensors tensors;
   for (auto& [name, tensor] : model.named_weights()) {
-    tensors.emplace_back(name, tensor.detach().to(at::kCPU, dtype).contiguous());
+    tensors.emplace_back(checkpoint_tensor_name(model.config(), name),
+                         tensor.detach().to(at::kCPU, dtype).contiguous());
   }
   io::save_hf_weights(dir, tensors, max_shard_bytes);
   write_file_atomic(dir / "config.json", hf_config_json(model, dtype).dump(2) + "\n");

@@ -21,6 +21,17 @@ namespace furlong::models {
 // intermediate_size against the MLP, then every tensor the architecture expects.
 Json read_hf_config(const std::filesystem::path& dir);
 
+// The checkpoint's weights under furlong's names for `config` (ModelConfig::
+// checkpoint_text_prefix: a multimodal checkpoint's text tensors appear under "model.").
+io::HfWeights open_hf_weights(const std::filesystem::path& dir, const ModelConfig& config);
+
+// The name furlong's tensor `name` has in a checkpoint of `config` (the inverse of the above).
+std::string checkpoint_tensor_name(const ModelConfig& config, const std::string& name);
+
+// The checkpoint tensors `model` does not run (a multimodal checkpoint's vision tower), under
+// their stored names; empty for a causal-LM checkpoint.
+std::vector<std::string> passenger_tensors(const CausalLM& model, const io::HfWeights& weights);
+
 // Fails when the shapes `model` expects differ from the checkpoint's (or a tensor is missing).
 void check_weight_shapes(const CausalLM& model, const io::HfWeights& weights,
                          const std::filesystem::path& dir);

@@ -110,6 +110,10 @@ struct ModelConfig {
   c10::ScalarType dtype = c10::kFloat;
   // The config.json as read; kept so exports write back every field.
   Json raw;
+  // Where this model's tensors live in the checkpoint: under "model." (a causal LM), or, for a
+  // multimodal checkpoint whose text model furlong runs, "model.language_model."; the tensors
+  // outside it (a vision tower) are kept as they are and exported unchanged.
+  std::string checkpoint_text_prefix = "model.";
 };
 
 // Defaults of the transformers config class an architecture mirrors.

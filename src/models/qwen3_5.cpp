@@ -361,9 +361,7 @@ void set_qwen3_5_fields(ModelConfig& config, const Json& json, const std::string
   config.linear_attention = parse_linear_attention(json, config.num_hidden_layers, where);
 }
 
-}  // namespace
-
-std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& where) {
+ModelConfig qwen3_5_config(const Json& json, const std::string& where) {
   ConfigDefaults defaults{.vocab_size = 248320,
                           .hidden_size = 4096,
                           .intermediate_size = 12288,
@@ -376,10 +374,10 @@ std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& wh
   ModelConfig config = parse_decoder_config(json, where, defaults);
   config.architecture = "Qwen3_5ForCausalLM";
   set_qwen3_5_fields(config, json, where);
-  return std::make_unique<Qwen35LM>(std::move(config));
+  return config;
 }
 
-std::unique_ptr<CausalLM> create_qwen3_5_moe(const Json& json, const std::string& where) {
+ModelConfig qwen3_5_moe_config(const Json& json, const std::string& where) {
   ConfigDefaults defaults{.vocab_size = 248320,
                           .hidden_size = 2048,
                           .intermediate_size = 512,  // unused: every layer is sparse
@@ -403,18 +401,40 @@ std::unique_ptr<CausalLM> create_qwen3_5_moe(const Json& json, const std::string
   config.moe.decoder_sparse_step = 1;
   config.moe.mlp_only_layers.clear();
   check_plausible_size(config, where);
-  return std::make_unique<Qwen35LM>(std::move(config));
+  return config;
 }
 
-std::unique_ptr<CausalLM> refuse_qwen3_5_multimodal(const Json& json, const std::string& where) {
+}  // namespace
+
+std::unique_ptr<CausalLM> create_qwen3_5(const Json& json, const std::string& where) {
+  return std::make_unique<Qwen35LM>(qwen3_5_config(json, where));
+}
+
+std::unique_ptr<CausalLM> create_qwen3_5_moe(const Json& json, const std::string& where) {
+  return std::make_unique<Qwen35LM>(qwen3_5_moe_config(json, where));
+}
+
+// Qwen3_5(Moe)ForConditionalGeneration: the text model of text_config, whose tensors the
+// checkpoint stores under model.language_model.*; the vision tower (model.visual.*) is kept as
+// it is (ModelConfig::checkpoint_text_prefix). The top level's tie_word_embeddings and dtype
+// are the ones that apply (the top-level model owns lm_head).
+std::unique_ptr<CausalLM> create_qwen3_5_multimodal(const Json& json, const std::string& where) {
+  FURLONG_CHECK(json.contains("text_config") && json["text_config"].is_object(), where,
+                ": a Qwen3.5 multimodal config needs field 'text_config' (an object: the text "
+                "model's config)");
+  Json text = json["text_config"];
+  for (const char* key : {"tie_word_embeddings", "dtype", "torch_dtype"}) {
+    if (json.contains(key)) text[key] = json[key];
+  }
+  const std::string where_text = where + " (text_config)";
   const bool moe = json_get_or<std::string>(json, "model_type", "", where) == "qwen3_5_moe";
-  const std::string arch =
+  ModelConfig config =
+      moe ? qwen3_5_moe_config(text, where_text) : qwen3_5_config(text, where_text);
+  config.architecture =
       moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
-  const std::string text = moe ? "Qwen3_5MoeForCausalLM (model_type qwen3_5_moe_text"
-                               : "Qwen3_5ForCausalLM (model_type qwen3_5_text";
-  FURLONG_FAIL(where, ": ", arch, " (the text model with its vision tower) is not loaded; ",
-               "furlong trains and serves the text model, ", text,
-               ", weights under model.layers.*); docs/models.md says how to extract it");
+  config.raw = json;
+  config.checkpoint_text_prefix = "model.language_model.";
+  return std::make_unique<Qwen35LM>(std::move(config));
 }
 
 }  // namespace furlong::models

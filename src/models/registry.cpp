@@ -12,8 +12,8 @@ const std::vector<ArchEntry>& architectures() {
       {"LlamaForCausalLM", "llama", &create_llama},
       {"Qwen3_5ForCausalLM", "qwen3_5_text", &create_qwen3_5},
       {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", &create_qwen3_5_moe},
-      {"Qwen3_5ForConditionalGeneration", "qwen3_5", &refuse_qwen3_5_multimodal},
-      {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", &refuse_qwen3_5_multimodal},
+      {"Qwen3_5ForConditionalGeneration", "qwen3_5", &create_qwen3_5_multimodal},
+      {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", &create_qwen3_5_multimodal},
   };
   return kArchitectures;
 }

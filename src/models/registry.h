@@ -32,7 +32,7 @@ std::unique_ptr<CausalLM> create_qwen2(const Json& config, const std::string& wh
 std::unique_ptr<CausalLM> create_llama(const Json& config, const std::string& where);
 std::unique_ptr<CausalLM> create_qwen3_5(const Json& config, const std::string& where);
 std::unique_ptr<CausalLM> create_qwen3_5_moe(const Json& config, const std::string& where);
-// Refuses Qwen3_5(Moe)ForConditionalGeneration with a message naming what furlong loads instead.
-std::unique_ptr<CausalLM> refuse_qwen3_5_multimodal(const Json& config, const std::string& where);
+// Qwen3_5(Moe)ForConditionalGeneration: its text model, the vision tower kept as it is.
+std::unique_ptr<CausalLM> create_qwen3_5_multimodal(const Json& config, const std::string& where);
 
 }  // namespace furlong::models

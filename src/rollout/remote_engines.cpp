@@ -40,6 +40,7 @@
 #include "engine/server/remote_weights.h"
 #include "engine/weight_sync.h"
 #include "models/hf_model.h"
+#include "models/registry.h"
 #include "rollout/engine_layout.h"
 #include "rollout/engine_server_process.h"
 #include "rollout/rollout_engines.h"
@@ -167,10 +168,11 @@ class RemoteEngines : public RolloutEngines {
   RemoteEngines(const RolloutConfig& options, int rank) : options_(options) {
     if (rank != 0) return;
     if (options.engine.record_routing) {
-      const Json config = models::read_hf_config(options.engine.hf_checkpoint);
       const std::string where = options.engine.hf_checkpoint + "/config.json";
-      routing_layers_ = json_get<int64_t>(config, "num_hidden_layers", where);
-      routing_top_k_ = json_get<int64_t>(config, "num_experts_per_tok", where);
+      const auto model =
+          models::create_model(models::read_hf_config(options.engine.hf_checkpoint), where);
+      routing_layers_ = model->config().num_hidden_layers;
+      routing_top_k_ = model->config().moe.experts_per_token;
     }
     auto urls = options.rollout.rollout_engine_urls;
     if (urls.empty()) {

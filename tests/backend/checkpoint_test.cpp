@@ -8,6 +8,7 @@
 
 #include "backend/checkpoint.h"
 #include "common/test_util.h"
+#include "common/tiny_models.h"
 #include "common/train_test_util.h"
 #include "core/files.h"
 #include "core/jsonl.h"
@@ -73,7 +74,8 @@ class Checkpoints : public ::testing::Test {
 
   // Trains `config` (a tiny Qwen3.5 or Qwen3.5-MoE) under FSDP, exports it, and compares
   // transformers' logits of the export with furlong's (below).
-  static void expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config);
+  static void expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config,
+                                                const fs::path& source = {});
 
   static std::vector<double> losses(const fs::path& metrics) {
     std::vector<double> out;
@@ -228,9 +230,10 @@ Json tiny_qwen3_5_config(bool moe) {
   return config;
 }
 
-void Checkpoints::expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config) {
-  const auto model = dir_ / name;
-  write_model(model, config, at::kFloat, 6);
+void Checkpoints::expect_qwen3_5_trains_and_exports(const std::string& name, const Json& config,
+                                                    const fs::path& source) {
+  const auto model = source.empty() ? dir_ / name : source;
+  if (source.empty()) write_model(model, config, at::kFloat, 6);
   auto save = dir_ / (name + "_run");
   auto run = train(2, 1, save.string(), (dir_ / (name + ".jsonl")).string(), {}, "", model);
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -270,6 +273,50 @@ TEST_F(Checkpoints, Qwen35TrainsUnderFsdpAndExportsWhatTransformersLoads) {
 
 TEST_F(Checkpoints, Qwen35MoeTrainsUnderFsdpAndExportsWhatTransformersLoads) {
   expect_qwen3_5_trains_and_exports("qwen3_5_moe", tiny_qwen3_5_config(true));
+}
+
+// A multimodal checkpoint (Qwen3_5ForConditionalGeneration, made by transformers with its vision
+// tower): its text model trains as above, and the export is the same kind of checkpoint, the
+// text tensors under model.language_model.* and every other tensor (the vision tower) the
+// bits it was loaded with.
+TEST_F(Checkpoints, Qwen35MultimodalTrainsItsTextModelAndExportsTheVisionTowerUnchanged) {
+  // transformers' initialization at std 0.02 (tiny_config's 0.2 gives logits so large that six
+  // steps of lr 1e-3 need not lower the loss).
+  Json text_model = tiny_qwen3_5_config(false);
+  text_model["initializer_range"] = 0.02;
+  const Json config = furlong::testing::tiny_qwen3_5_multimodal_config(text_model);
+  Json plan = Json::array({{{"name", "qwen3_5_mm_source"},
+                            {"mode", "create"},
+                            {"config", config},
+                            {"seed", 6},
+                            {"dtype", "float32"},
+                            {"attn", "eager"},
+                            {"documents", {{1, 2, 3}}},
+                            {"want", {"logits"}}}});
+  write_file_atomic(dir_ / "qwen3_5_mm_plan.json", plan.dump());
+  furlong::testing::run_python("oracles/hf_model_oracle.py",
+                               {(dir_ / "qwen3_5_mm_plan.json").string(), dir_.string()});
+  const auto source = dir_ / "qwen3_5_mm_source" / "model";
+  expect_qwen3_5_trains_and_exports("qwen3_5_mm", config, source);
+  auto before = io::HfWeights::open(source);
+  auto after = io::HfWeights::open(dir_ / "qwen3_5_mm_exported");
+  EXPECT_EQ(after.names(), before.names());
+  int vision = 0, text = 0;
+  for (const auto& name : before.names()) {
+    if (!after.contains(name)) continue;
+    if (name.starts_with("model.visual.")) {
+      ++vision;
+      EXPECT_TRUE(at::equal(after.get(name), before.get(name))) << name;
+    } else if (name.starts_with("model.language_model.layers.") && name.ends_with("proj.weight")) {
+      ++text;
+      EXPECT_FALSE(at::equal(after.get(name), before.get(name))) << name << " was not trained";
+    }
+  }
+  EXPECT_GT(vision, 10);
+  EXPECT_GT(text, 10);
+  auto exported = read_json_file(dir_ / "qwen3_5_mm_exported" / "config.json");
+  EXPECT_EQ(exported["architectures"], Json::array({"Qwen3_5ForConditionalGeneration"}));
+  EXPECT_TRUE(exported.contains("vision_config"));
 }
 
 }  // namespace

@@ -72,6 +72,25 @@ Json tiny_qwen3_5_moe_config(const Json& overrides) {
   return c;
 }
 
+Json tiny_qwen3_5_multimodal_config(const Json& text) {
+  const bool moe = text.value("model_type", std::string()) == "qwen3_5_moe_text";
+  Json text_config = text;
+  text_config.erase("architectures");
+  return {{"architectures",
+           {moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"}},
+          {"model_type", moe ? "qwen3_5_moe" : "qwen3_5"},
+          {"tie_word_embeddings", text.value("tie_word_embeddings", false)},
+          {"text_config", text_config},
+          {"vision_config",
+           {{"depth", 1},
+            {"hidden_size", 32},
+            {"intermediate_size", 64},
+            {"num_heads", 2},
+            {"out_hidden_size", text.at("hidden_size")},
+            {"patch_size", 4},
+            {"num_position_embeddings", 16}}}};
+}
+
 Json as_qwen3_moe(Json config, const Json& overrides) {
   config["architectures"] = {"Qwen3MoeForCausalLM"};
   config["model_type"] = "qwen3_moe";

@@ -28,6 +28,11 @@ Json tiny_qwen3_5_config(const Json& overrides = Json::object());
 // experts of width 16, 2 per token, plus a shared expert of width 24; then `overrides`.
 Json tiny_qwen3_5_moe_config(const Json& overrides = Json::object());
 
+// A multimodal checkpoint of `text` (a tiny Qwen3.5 or Qwen3.5-MoE config above): its
+// Qwen3_5(Moe)ForConditionalGeneration config, `text` as text_config beside a tiny vision tower
+// (1 block, width 32, patches of 4, merged into the text width).
+Json tiny_qwen3_5_multimodal_config(const Json& text);
+
 // A dense Qwen3 `config` made Qwen3-MoE: 3 layers, 8 experts of width 32, 2 per token with
 // normalized top-k weights, layer 1 dense (mlp_only_layers); then `overrides` as above.
 Json as_qwen3_moe(Json config, const Json& overrides = Json::object());

@@ -86,11 +86,20 @@ std::vector<Case> all_cases() {
        "float32", 22},
       {"qwen3_5_bf16", tiny_qwen3_5(), "bfloat16", 23},
       {"qwen3_5_moe", testing::tiny_qwen3_5_moe_config(), "float32", 32},
+      // The multimodal checkpoint: furlong runs its text model, as transformers'
+      // AutoModelForCausalLM does.
+      {"qwen3_5_multimodal", testing::tiny_qwen3_5_multimodal_config(tiny_qwen3_5()), "float32",
+       34},
   };
 }
 
+// The text model's config (a multimodal one's text_config).
+const Json& text_of(const Json& c) {
+  return c.contains("text_config") ? c["text_config"] : c;
+}
+
 bool is_moe(const Json& c) {
-  return c.contains("num_experts");
+  return text_of(c).contains("num_experts");
 }
 
 // Three documents, one longer than a 64-token chunk (the state crosses a chunk boundary).
@@ -106,7 +115,8 @@ std::vector<std::vector<int64_t>> test_documents() {
   return docs;
 }
 
-double k_max(const Json& c) {
+double k_max(const Json& config) {
+  const Json& c = text_of(config);
   size_t longest = 0;
   for (const auto& d : test_documents()) longest = std::max(longest, d.size());
   return static_cast<double>(std::max<int64_t>(
@@ -120,7 +130,8 @@ double k_max(const Json& c) {
 
 // One implementation's fp32 rounding budget per logit (header comment).
 double logits_budget(const Json& c, double abs_scale) {
-  const double reductions = (is_moe(c) ? 23.0 : 16.0) * c["num_hidden_layers"].get<double>() + 2;
+  const double reductions =
+      (is_moe(c) ? 23.0 : 16.0) * text_of(c)["num_hidden_layers"].get<double>() + 2;
   return testing::tol::gamma_prob(reductions * k_max(c), testing::tol::kUFp32) * abs_scale;
 }
 
@@ -407,11 +418,21 @@ TEST(Qwen35Config, BadFieldsNameThemselves) {
   Json multimodal{{"architectures", {"Qwen3_5ForConditionalGeneration"}},
                   {"model_type", "qwen3_5"}};
   msg = testing::error_of([&] { create_model(multimodal, "cfg.json"); });
-  EXPECT_NE(msg.find("Qwen3_5ForCausalLM"), std::string::npos) << msg;
-  Json multimodal_moe{{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
-                      {"model_type", "qwen3_5_moe"}};
-  msg = testing::error_of([&] { create_model(multimodal_moe, "cfg.json"); });
-  EXPECT_NE(msg.find("Qwen3_5MoeForCausalLM"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("needs field 'text_config'"), std::string::npos) << msg;
+  // A multimodal config is its text model, named as such in errors; its tensors live under
+  // model.language_model.*, and its top-level tie_word_embeddings is the one that applies.
+  auto text = testing::tiny_qwen3_5_moe_config({{"tie_word_embeddings", false}});
+  auto moe_multimodal = testing::tiny_qwen3_5_multimodal_config(text);
+  moe_multimodal["tie_word_embeddings"] = true;
+  auto mm = create_model(moe_multimodal, "cfg.json");
+  EXPECT_EQ(mm->config().architecture, "Qwen3_5MoeForConditionalGeneration");
+  EXPECT_EQ(mm->config().checkpoint_text_prefix, "model.language_model.");
+  EXPECT_TRUE(mm->config().tie_word_embeddings);
+  EXPECT_EQ(mm->config().moe.num_experts, 8);
+  moe_multimodal["text_config"]["num_experts_per_tok"] = 9;
+  msg = testing::error_of([&] { create_model(moe_multimodal, "cfg.json"); });
+  EXPECT_NE(msg.find("cfg.json (text_config): field 'num_experts_per_tok'"), std::string::npos)
+      << msg;
   msg = testing::error_of([&] {
     create_model(testing::tiny_qwen3_5_moe_config({{"shared_expert_intermediate_size", 0}}),
                  "cfg.json");
