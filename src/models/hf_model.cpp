@@ -112,11 +112,19 @@ std::optional<uint64_t> available_host_memory() {
 
 }  // namespace
 
-io::HfWeights open_hf_weights(const std::filesystem::path& dir, const ModelConfig& config) {
-  auto weights = io::HfWeights::open(dir);
+namespace {
+
+void apply_text_prefix(io::HfWeights& weights, const ModelConfig& config) {
   if (config.checkpoint_text_prefix != "model.") {
     weights.rename_prefix(config.checkpoint_text_prefix, "model.");
   }
+}
+
+}  // namespace
+
+io::HfWeights open_hf_weights(const std::filesystem::path& dir, const ModelConfig& config) {
+  auto weights = io::HfWeights::open(dir);
+  apply_text_prefix(weights, config);
   return weights;
 }
 
@@ -150,12 +158,14 @@ Json read_hf_config(const std::filesystem::path& dir) {
   FURLONG_CHECK(std::filesystem::is_regular_file(path, ec), path.string(), ": not a regular file");
   Json config = read_json_file(path);
   if (config.is_object() && holds_weights(dir)) {
-    auto model = create_model(config, path.string());
-    auto weights = open_hf_weights(dir, model->config());
-    // A multimodal checkpoint describes its text model in text_config.
+    // The fields are checked against the tensors before the architecture reads them; a
+    // multimodal checkpoint's text_config once its text tensors have furlong's names.
+    auto weights = io::HfWeights::open(dir);
     const bool nested = config.contains("text_config") && config["text_config"].is_object();
-    check_fields_against_checkpoint(nested ? config["text_config"] : config, weights,
-                                    path.string());
+    if (!nested) check_fields_against_checkpoint(config, weights, path.string());
+    auto model = create_model(config, path.string());
+    apply_text_prefix(weights, model->config());
+    if (nested) check_fields_against_checkpoint(config["text_config"], weights, path.string());
     check_weight_shapes(*model, weights, dir);
   }
   return config;
