@@ -134,7 +134,9 @@ KvBudget Engine::Impl::plan_cache_memory() {
   const auto kv_layers = cfg.num_hidden_layers - static_cast<int64_t>(la.layers.size());
   in.bytes_per_token =
       KvCache::bytes_per_token(kv_layers, cfg.num_key_value_heads, cfg.head_dim, dtype);
-  linear_state_bytes = la.state_bytes_per_sequence(static_cast<int64_t>(c10::elementSize(dtype)));
+  // Each running sequence also holds a spare recurrent state the decode step writes into.
+  linear_state_bytes = la.state_bytes_per_sequence(static_cast<int64_t>(c10::elementSize(dtype))) +
+                       la.recurrent_state_bytes_per_sequence();
   in.reserved_bytes = linear_state_bytes * options.max_running_requests;
   if (options.record_routed_experts) {  // the routing pool shares the cache's slots
     in.bytes_per_token +=

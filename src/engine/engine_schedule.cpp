@@ -418,9 +418,10 @@ void Engine::Impl::finish_sharing(const std::vector<std::shared_ptr<Sequence>>& 
     for (const auto& s : seqs) {
       if (s->id != leader) continue;
       f->linear_state.clear();
-      for (const auto& [window, state] : s->linear_state) {
-        f->linear_state.emplace_back(window.defined() ? window.clone() : window,
-                                     state.defined() ? state.clone() : state);
+      for (const auto& layer : s->linear_state) {
+        f->linear_state.push_back({layer.window.defined() ? layer.window.clone() : layer.window,
+                                   layer.state.defined() ? layer.state.clone() : layer.state,
+                                   {}});
       }
     }
   }

@@ -157,13 +157,14 @@ void store_routing(const models::CausalLM& model, KvCache& cache, const models::
   pool.index_copy_(0, slots_P, ids_PLK);
 }
 
-// The step's sequences' DeltaNet states, stacked per layer for the model to read; what the
-// model writes is held until commit().
+// The step's sequences' DeltaNet states, stacked per layer for the model to read, or (decode
+// steps on the CPU) handed out as per-sequence buffers; what the model writes is held until
+// commit().
 class StepLinearStates : public models::LinearAttentionStates {
  public:
   StepLinearStates(const models::CausalLM& model, const std::vector<StepSequence>& seqs,
                    c10::ScalarType dtype, c10::Device device)
-      : seqs_(seqs), staged_(static_cast<size_t>(model.num_layers())) {
+      : seqs_(seqs), staged_(static_cast<size_t>(model.num_layers())), device_(device) {
     const auto& la = model.config().linear_attention;
     zero_window_ = at::zeros({la.conv_channels(), la.conv_kernel - 1},
                              at::TensorOptions().dtype(dtype).device(device));
@@ -177,32 +178,58 @@ class StepLinearStates : public models::LinearAttentionStates {
   std::pair<at::Tensor, at::Tensor> read(int64_t layer) const override {
     std::vector<at::Tensor> windows, states;
     for (const auto& s : seqs_) {
-      const auto& kept = *s.linear_state;
-      const bool has = static_cast<int64_t>(kept.size()) > layer &&
-                       kept[static_cast<size_t>(layer)].first.defined();
-      windows.push_back(has ? kept[static_cast<size_t>(layer)].first : zero_window_);
-      states.push_back(has ? kept[static_cast<size_t>(layer)].second : zero_state_);
+      const auto* kept = kept_layer(s, layer);
+      windows.push_back(kept && kept->window.defined() ? kept->window : zero_window_);
+      states.push_back(kept && kept->state.defined() ? kept->state : zero_state_);
     }
     return {at::stack(windows), at::stack(states)};
   }
   void write(int64_t layer, const at::Tensor& window_BCW, const at::Tensor& state_BHKV) override {
     staged_[static_cast<size_t>(layer)] = {window_BCW, state_BHKV};
   }
+  // The decode step reads each sequence's state and writes its spare buffer; commit() swaps
+  // them, so a step that fails leaves every state as it was.
+  DecodeBuffers decode_buffers(int64_t layer) override {
+    if (!device_.is_cpu()) return {};
+    DecodeBuffers buffers;
+    for (const auto& s : seqs_) {
+      auto& kept = *s.linear_state;
+      if (static_cast<int64_t>(kept.size()) <= layer) kept.resize(staged_.size());
+      auto& l = kept[static_cast<size_t>(layer)];
+      if (!l.state.defined()) l.state = zero_state_.clone();  // a one-token prompt
+      if (!l.spare.defined()) l.spare = at::empty_like(l.state);
+      buffers.from.push_back(l.state);
+      buffers.to.push_back(l.spare);
+    }
+    return buffers;
+  }
   void commit() {
     for (size_t i = 0; i < seqs_.size(); ++i) {
       auto& kept = *seqs_[i].linear_state;
       kept.resize(staged_.size());
       for (size_t l = 0; l < staged_.size(); ++l) {
-        if (!staged_[l].first.defined()) continue;
+        const auto& [window_BCW, state_BHKV] = staged_[l];
+        if (!window_BCW.defined() && !state_BHKV.defined()) continue;  // a softmax layer
         const auto row = static_cast<int64_t>(i);
-        kept[l] = {staged_[l].first[row].clone(), staged_[l].second[row].clone()};
+        if (window_BCW.defined()) kept[l].window = window_BCW[row].clone();
+        if (state_BHKV.defined()) {
+          kept[l].state = state_BHKV[row].clone();
+        } else {
+          std::swap(kept[l].state, kept[l].spare);  // the decode step wrote the spare
+        }
       }
     }
   }
 
  private:
+  static const LinearLayerState* kept_layer(const StepSequence& s, int64_t layer) {
+    const auto& kept = *s.linear_state;
+    return static_cast<int64_t>(kept.size()) > layer ? &kept[static_cast<size_t>(layer)] : nullptr;
+  }
+
   std::vector<StepSequence> seqs_;
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;  // per layer: [B, ...] after the step
+  c10::Device device_;
   at::Tensor zero_window_, zero_state_;
 };
 

@@ -18,10 +18,15 @@
 
 namespace furlong::engine {
 
-// A sequence's Gated DeltaNet state (hybrid models such as Qwen3.5): per layer, the conv
-// window [C, W-1] and the recurrent state [Hv, dk, dv] (fp32) after the tokens it has run;
-// empty before its first step, and unused entries for softmax layers.
-using LinearState = std::vector<std::pair<at::Tensor, at::Tensor>>;
+// One layer of a sequence's Gated DeltaNet state: the conv window [C, W-1] and the recurrent
+// state [Hv, dk, dv] (fp32) after the tokens it has run, and `spare`, a buffer of the state's
+// shape that a decode step writes the next state into (the two swap when the step commits).
+struct LinearLayerState {
+  at::Tensor window, state, spare;
+};
+// A sequence's DeltaNet state (hybrid models such as Qwen3.5), per layer; empty before its
+// first step, and unused entries for softmax layers.
+using LinearState = std::vector<LinearLayerState>;
 
 struct StepSequence {
   const int64_t* new_tokens = nullptr;  // `num_new` ids

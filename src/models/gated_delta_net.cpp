@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/gated_delta_decode.h"
 
 namespace furlong::models {
 namespace {
@@ -197,6 +198,20 @@ GatedDeltaOut recurrent_gated_delta_rule(const at::Tensor& q_BTHK, const at::Ten
   }
   auto o = at::stack(outs, 2);  // [B, Hv, T, dv]
   return {o.transpose(1, 2).contiguous().to(q_BTHK.scalar_type()), state};
+}
+
+at::Tensor gated_delta_decode_into(const at::Tensor& q_BTHK, const at::Tensor& k_BTHK,
+                                   const at::Tensor& v_BTHV, const at::Tensor& g_BTH,
+                                   const at::Tensor& beta_BTH, const std::vector<at::Tensor>& from,
+                                   const std::vector<at::Tensor>& to) {
+  FURLONG_CHECK(v_BTHV.size(1) == 1, "gated delta decode: one token per document, got ",
+                v_BTHV.size(1));
+  Prepared p = prepare(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH);
+  auto q = p.q / std::sqrt(static_cast<double>(p.dk));  // as recurrent_gated_delta_rule
+  auto o_BHV = kernels::gated_delta_decode_step(
+      q.select(2, 0).contiguous(), p.k.select(2, 0).contiguous(), p.v.select(2, 0).contiguous(),
+      p.g.select(2, 0).contiguous(), p.beta.select(2, 0).contiguous(), from, to);
+  return o_BHV.unsqueeze(1).to(q_BTHK.scalar_type());
 }
 
 }  // namespace furlong::models

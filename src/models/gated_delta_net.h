@@ -29,8 +29,21 @@ class LinearAttentionStates {
   // Layer `layer`'s conv windows [B, C, W-1] (the W-1 inputs before each document's first
   // token) and recurrent states [B, Hv, dk, dv] (fp32), for the batch's B documents.
   virtual std::pair<at::Tensor, at::Tensor> read(int64_t layer) const = 0;
-  // The same after each document's last token.
+  // The same after each document's last token. With decode_buffers (below) in use the
+  // recurrent states went to the buffers, and state_BHKV is undefined.
   virtual void write(int64_t layer, const at::Tensor& window_BCW, const at::Tensor& state_BHKV) = 0;
+
+  // Optional, for a step of single tokens (decode) on the CPU: each document's recurrent state
+  // to read (`from`) and a buffer of the same shape to write the next one into (`to`), fp32
+  // contiguous [Hv, dk, dv], so that the step runs on them in place of stacked copies. Empty:
+  // not offered.
+  struct DecodeBuffers {
+    std::vector<at::Tensor> from, to;
+  };
+  virtual DecodeBuffers decode_buffers(int64_t layer) {
+    (void)layer;
+    return {};
+  }
 };
 
 // Rows of the packed [P, ...] tensor `x` laid out as [B, T, ...] (zeros past each document's
@@ -67,5 +80,13 @@ GatedDeltaOut recurrent_gated_delta_rule(const at::Tensor& q_BTHK, const at::Ten
                                          const at::Tensor& v_BTHV, const at::Tensor& g_BTH,
                                          const at::Tensor& beta_BTH,
                                          const at::Tensor& state0_BHKV = {});
+
+// The recurrent rule for one token per document (T = 1), reading document b's state from
+// from[b] and writing the next one into to[b] (LinearAttentionStates::DecodeBuffers) through the
+// fused kernel (kernels/gated_delta_decode.h). Returns o [B, 1, Hv, dv] in q's dtype. CPU only.
+at::Tensor gated_delta_decode_into(const at::Tensor& q_BTHK, const at::Tensor& k_BTHK,
+                                   const at::Tensor& v_BTHV, const at::Tensor& g_BTH,
+                                   const at::Tensor& beta_BTH, const std::vector<at::Tensor>& from,
+                                   const std::vector<at::Tensor>& to);
 
 }  // namespace furlong::models

@@ -75,8 +75,13 @@ struct LinearAttentionConfig {
   // compute dtype and the recurrent state [Hv, d_k, d_v] in fp32.
   int64_t state_bytes_per_sequence(int64_t compute_dtype_bytes) const {
     const auto n = static_cast<int64_t>(layers.size());
-    return n * (conv_channels() * (conv_kernel - 1) * compute_dtype_bytes +
-                num_value_heads * key_head_dim * value_head_dim * 4);
+    return n * conv_channels() * (conv_kernel - 1) * compute_dtype_bytes +
+           recurrent_state_bytes_per_sequence();
+  }
+  // The recurrent states' part of it.
+  int64_t recurrent_state_bytes_per_sequence() const {
+    return static_cast<int64_t>(layers.size()) * num_value_heads * key_head_dim * value_head_dim *
+           4;
   }
 };
 

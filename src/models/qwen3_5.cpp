@@ -189,7 +189,8 @@ class Qwen35LM : public CausalLM {
     // is in the batch (the engine's exact log-probs then equal the trainer's bit for bit).
     Mixed out;
     if (ctx.linear_states && ctx.batch.max_document_length() <= 1) {
-      out = mix(p, in, cu, /*decode=*/true);
+      auto buffers = ctx.linear_states->decode_buffers(layer);
+      out = mix(p, in, cu, /*decode=*/true, buffers.from.empty() ? nullptr : &buffers);
     } else {
       std::vector<Mixed> docs;
       for (size_t d = 0; d + 1 < cu.size(); ++d) {
@@ -234,8 +235,10 @@ class Qwen35LM : public CausalLM {
     }
   };
 
-  Mixed mix(const UnitTensors& p, const Mixed& in, const std::vector<int64_t>& cu,
-            bool decode) const {
+  // `buffers` (decode only, optional): the states are read from and written to them in place
+  // of in.state_BHKV / out.state_BHKV (left undefined).
+  Mixed mix(const UnitTensors& p, const Mixed& in, const std::vector<int64_t>& cu, bool decode,
+            const LinearAttentionStates::DecodeBuffers* buffers = nullptr) const {
     const auto& la = config_.linear_attention;
     const int64_t Hk = la.num_key_heads, Hv = la.num_value_heads;
     const int64_t dk = la.key_head_dim, dv = la.value_head_dim;
@@ -253,10 +256,15 @@ class Qwen35LM : public CausalLM {
     auto g_PH = -p[kALog].to(at::kFloat).exp() * at::softplus(in.a_PH.to(at::kFloat) + p[kDtBias]);
     auto g_BTH = pad_documents(g_PH, cu, multiple);
     auto beta_BTH = pad_documents(beta_PH, cu, multiple);
-    auto rule =
-        decode ? recurrent_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV)
-               : chunk_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV,
-                                        kChunk);
+    GatedDeltaOut rule;
+    if (buffers != nullptr) {
+      rule.o_BTHV = gated_delta_decode_into(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, buffers->from,
+                                            buffers->to);
+    } else if (decode) {
+      rule = recurrent_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV);
+    } else {
+      rule = chunk_gated_delta_rule(q_BTHK, k_BTHK, v_BTHV, g_BTH, beta_BTH, in.state_BHKV, kChunk);
+    }
     Mixed out;
     out.o_PHV = gated_norm(unpad_documents(rule.o_BTHV, cu), in.z_PHV, p[kGatedNorm]);
     out.state_BHKV = rule.state_BHKV;

@@ -154,7 +154,7 @@ TEST_F(EngineQwen35, ExactLogprobsAreTheTrainersScoring) {
 }
 
 // Memory: K/V only for the one softmax-attention layer of four, and the DeltaNet states of
-// --max-running-requests sequences reserved before the blocks:
+// --max-running-requests sequences (with the decode step's spare) reserved before the blocks:
 //   kv_bytes <= fraction * total - weights - running * state_bytes < kv_bytes + one block.
 TEST_F(EngineQwen35, CacheHoldsKvOfAttentionLayersAndReservesTheStates) {
   auto o = small_engine_options();
@@ -169,8 +169,10 @@ TEST_F(EngineQwen35, CacheHoldsKvOfAttentionLayersAndReservesTheStates) {
   ASSERT_EQ(la.layers.size(), 3u);
   const int64_t token_bytes =
       KvCache::bytes_per_token(1, c.num_key_value_heads, c.head_dim, at::kFloat);
-  const int64_t state_bytes = 3 * (la.conv_channels() * (la.conv_kernel - 1) * 4 +
-                                   la.num_value_heads * la.key_head_dim * la.value_head_dim * 4);
+  // Per DeltaNet layer: the conv window, the recurrent state and its spare (decode writes it).
+  const int64_t state_bytes =
+      3 * (la.conv_channels() * (la.conv_kernel - 1) * 4 +
+           2 * la.num_value_heads * la.key_head_dim * la.value_head_dim * 4);
   EXPECT_EQ(info["linear_state_bytes_per_sequence"].get<int64_t>(), state_bytes);
   int64_t weights = 0;
   for (const auto& [name, t] : engine->model().named_weights()) {

@@ -342,6 +342,36 @@ TEST(GatedDeltaRule, ChunkedEqualsRecurrentAndCarriesTheStateAcrossChunks) {
   EXPECT_LE(max_abs_diff(at::cat({first.o_BTHV, second.o_BTHV}, 1), recurrent.o_BTHV), tol);
 }
 
+// The engine's fused decode step (read a state, write the next one into another buffer) equals
+// the elementwise recurrent rule. Both compute the same products in the same order; only the
+// sums over d_k (S^T k, S'^T q) may run in another order, so each output and state differs by at
+// most 2 gamma_prob(dk + 2) times the sum of the absolute terms, <= dk (max|S| + max|v|) for
+// unit q, k and beta, decay <= 1.
+TEST(GatedDeltaRule, FusedDecodeStepEqualsTheRecurrentRule) {
+  at::manual_seed(7);
+  const int64_t B = 3, Hk = 2, Hv = 4, dk = 16, dv = 12;
+  auto q = at::randn({B, 1, Hk, dk}), k = at::randn({B, 1, Hk, dk}), v = at::randn({B, 1, Hv, dv});
+  auto g = -at::rand({B, 1, Hv}), beta = at::rand({B, 1, Hv});
+  auto s0 = at::randn({B, Hv, dk, dv});
+  std::vector<at::Tensor> from, to;
+  for (int64_t b = 0; b < B; ++b) {
+    from.push_back(s0[b].clone());
+    to.push_back(at::full({Hv, dk, dv}, 7.0f));  // overwritten entirely
+  }
+  auto o = gated_delta_decode_into(q, k, v, g, beta, from, to);
+  auto ref = recurrent_gated_delta_rule(q, k, v, g, beta, s0);
+  const double scale = dk * (s0.abs().max().item<double>() + v.abs().max().item<double>());
+  const double tol = 2 * testing::tol::gamma_prob(dk + 2.0, testing::tol::kUFp32) * scale;
+  EXPECT_LE(max_abs_diff(o, ref.o_BTHV), tol);
+  for (int64_t b = 0; b < B; ++b) {
+    EXPECT_LE(max_abs_diff(to[b], ref.state_BHKV[b]), tol) << "document " << b;
+    EXPECT_TRUE(at::equal(from[b], s0[b])) << "the state read must stay as it was";
+  }
+  // Zero decay and beta (a padded document) pass the state through unchanged, bit for bit.
+  auto o2 = gated_delta_decode_into(q, k, v, at::zeros_like(g), at::zeros_like(beta), from, to);
+  for (int64_t b = 0; b < B; ++b) EXPECT_TRUE(at::equal(to[b], from[b]));
+}
+
 // The conv with a carried window equals the conv over the whole sequence.
 TEST(GatedDeltaRule, CausalConvWithAWindowContinuesTheSequence) {
   at::manual_seed(6);
