@@ -101,14 +101,6 @@ TEST(EngineGreedy, MatchesTransformersGenerateTokenForToken) {
 
 // ---- log-probs against the trainer's recomputation ----
 
-struct Agreement {
-  double max_abs = 0, mean_abs = 0;
-  int64_t count = 0;
-  // For the bounds: max_j sum_k |h_k W_jk| over the compared rows, and the largest fp32
-  // log_softmax rounding bound of one implementation on those rows (tests/common/tolerances.h).
-  double abs_scale = 0, lp_rounding = 0;
-};
-
 // One fp32 implementation's forward rounding budget for these engine models (2 layers, longest
 // reduction 96: MLP width), in log-prob units at temperature T: a log-prob moves by at most
 // 2 max |dz| / T (tests/models/model_parity_test.cpp derives the budget).
@@ -117,49 +109,6 @@ double fp32_logprob_budget(const Agreement& a, double temperature) {
          furlong::testing::tol::forward_logits_budget(2, 96, a.abs_scale,
                                                       furlong::testing::tol::kUFp32) /
          temperature;
-}
-
-// The trainer's computation: forward_hidden over the packed full sequences, then
-// token_logprobs at the generated positions with the rollout temperature.
-Agreement compare_with_trainer(const models::CausalLM& model,
-                               const std::vector<std::vector<int64_t>>& prompts,
-                               const std::vector<GenerateOutput>& outputs, double temperature) {
-  c10::InferenceMode guard;
-  std::vector<std::vector<int64_t>> docs;
-  std::vector<int64_t> rows, targets;
-  std::vector<float> engine_lp;
-  int64_t offset = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto doc = prompts[i];
-    doc.insert(doc.end(), outputs[i].output_ids.begin(), outputs[i].output_ids.end());
-    for (size_t t = 0; t < outputs[i].output_ids.size(); ++t) {
-      rows.push_back(offset + static_cast<int64_t>(prompts[i].size() + t) - 1);
-      targets.push_back(outputs[i].output_ids[t]);
-      engine_lp.push_back(outputs[i].output_logprobs[t]);
-    }
-    offset += static_cast<int64_t>(doc.size());
-    docs.push_back(doc);
-  }
-  auto hidden_PD = model.forward_hidden(models::PackedBatch::from_documents(docs));
-  const auto& w = model.weights();
-  auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
-  models::LogProbOptions lo;
-  lo.temperature = temperature;
-  lo.with_entropy = false;
-  auto lp = models::token_logprobs(hidden_PD.index_select(0, at::tensor(rows, at::kLong)), head,
-                                   at::tensor(targets, at::kLong), lo)
-                .logprobs_T;
-  auto diff = (lp - at::tensor(engine_lp, at::kFloat)).abs();
-  Agreement a{diff.max().item<double>(), diff.mean().item<double>(), diff.numel()};
-  auto h_rows = hidden_PD.index_select(0, at::tensor(rows, at::kLong));
-  a.abs_scale = furlong::testing::tol::head_abs_scale(h_rows, head);
-  auto logits = at::mm(h_rows.to(at::kFloat), head.to(at::kFloat).t());
-  for (int64_t r = 0; r < logits.size(0); ++r) {
-    a.lp_rounding = std::max(a.lp_rounding, furlong::testing::tol::fp32_softmax_row_bound(
-                                                logits[r], targets[r], temperature)
-                                                .logprob_rounding);
-  }
-  return a;
 }
 
 double greedy_logprob_tol(const models::CausalLM& model,

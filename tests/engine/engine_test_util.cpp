@@ -1,14 +1,17 @@
 #include "engine_test_util.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <random>
 
 #include "common/random_models.h"
 #include "common/test_util.h"
 #include "common/tiny_models.h"
+#include "common/tolerances.h"
 #include "core/dtype.h"
 #include "models/hf_model.h"
+#include "models/logprobs.h"
 #include "models/registry.h"
 
 namespace furlong::engine::testing {
@@ -67,6 +70,50 @@ std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths
     prompts.push_back(p);
   }
   return prompts;
+}
+
+Agreement compare_with_trainer(const models::CausalLM& model,
+                               const std::vector<std::vector<int64_t>>& prompts,
+                               const std::vector<GenerateOutput>& outputs, double temperature,
+                               models::AttnImpl attn) {
+  c10::InferenceMode guard;
+  std::vector<std::vector<int64_t>> docs;
+  std::vector<int64_t> rows, targets;
+  std::vector<float> engine_lp;
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto doc = prompts[i];
+    doc.insert(doc.end(), outputs[i].output_ids.begin(), outputs[i].output_ids.end());
+    for (size_t t = 0; t < outputs[i].output_ids.size(); ++t) {
+      rows.push_back(offset + static_cast<int64_t>(prompts[i].size() + t) - 1);
+      targets.push_back(outputs[i].output_ids[t]);
+      engine_lp.push_back(outputs[i].output_logprobs[t]);
+    }
+    offset += static_cast<int64_t>(doc.size());
+    docs.push_back(doc);
+  }
+  models::ForwardOptions options;
+  options.attn = attn;
+  auto hidden_PD = model.forward_hidden(models::PackedBatch::from_documents(docs), options);
+  const auto& w = model.weights();
+  auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
+  models::LogProbOptions lo;
+  lo.temperature = temperature;
+  lo.with_entropy = false;
+  auto lp = models::token_logprobs(hidden_PD.index_select(0, at::tensor(rows, at::kLong)), head,
+                                   at::tensor(targets, at::kLong), lo)
+                .logprobs_T;
+  auto diff = (lp - at::tensor(engine_lp, at::kFloat)).abs();
+  Agreement a{diff.max().item<double>(), diff.mean().item<double>(), diff.numel()};
+  auto h_rows = hidden_PD.index_select(0, at::tensor(rows, at::kLong));
+  a.abs_scale = furlong::testing::tol::head_abs_scale(h_rows, head);
+  auto logits = at::mm(h_rows.to(at::kFloat), head.to(at::kFloat).t());
+  for (int64_t r = 0; r < logits.size(0); ++r) {
+    a.lp_rounding = std::max(a.lp_rounding, furlong::testing::tol::fp32_softmax_row_bound(
+                                                logits[r], targets[r], temperature)
+                                                .logprob_rounding);
+  }
+  return a;
 }
 
 }  // namespace furlong::engine::testing

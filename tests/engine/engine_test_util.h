@@ -9,6 +9,7 @@
 
 #include "core/json_util.h"
 #include "engine/engine.h"
+#include "models/causal_lm.h"
 
 namespace furlong::engine::testing {
 
@@ -29,5 +30,20 @@ std::vector<GenerateRequest> greedy_requests(const std::vector<std::vector<int64
 // Deterministic pseudo-random prompts with ids in [0, vocab).
 std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths, int64_t vocab,
                                                  uint32_t seed);
+
+// The engine's reported log-probs of `outputs` against the trainer's computation of them:
+// forward_hidden over the packed full sequences (with `attn`), then token_logprobs at the
+// generated positions with the rollout temperature.
+struct Agreement {
+  double max_abs = 0, mean_abs = 0;
+  int64_t count = 0;
+  // For the bounds: max_j sum_k |h_k W_jk| over the compared rows, and the largest fp32
+  // log_softmax rounding bound of one implementation on those rows (tests/common/tolerances.h).
+  double abs_scale = 0, lp_rounding = 0;
+};
+Agreement compare_with_trainer(const models::CausalLM& model,
+                               const std::vector<std::vector<int64_t>>& prompts,
+                               const std::vector<GenerateOutput>& outputs, double temperature,
+                               models::AttnImpl attn = models::AttnImpl::kSdpa);
 
 }  // namespace furlong::engine::testing
