@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/causal_conv.h"
 #include "kernels/cpu_kernels.h"
 
 namespace furlong::kernels {
@@ -49,7 +50,29 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   }
 };
 
+struct CausalConvFunction : torch::autograd::Function<CausalConvFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& window) {
+    const auto none = window.numel() == 0 ? at::Tensor() : window;
+    ctx->save_for_backward({x, w, window});
+    return causal_conv_forward(x, w, none);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto window = saved[2].numel() == 0 ? at::Tensor() : saved[2];
+    auto [dx, dw] = causal_conv_backward(grads[0], saved[0], saved[1], window);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor causal_conv(const at::Tensor& x_BTC, const at::Tensor& w_CW,
+                       const at::Tensor& window_BCW) {
+  // autograd functions take defined tensors: no window is an empty one.
+  return CausalConvFunction::apply(
+      x_BTC, w_CW, window_BCW.defined() ? window_BCW : at::empty({0}, x_BTC.options()));
+}
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return RmsNormFunction::apply(x, w, eps);

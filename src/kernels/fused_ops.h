@@ -13,5 +13,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 at::Tensor rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const at::Tensor& sin_PH);
 // silu(gate) * up.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+// The depthwise causal conv of kernels/causal_conv.h (fp32 x [B, T, C], w [C, W], window
+// [B, C, W-1] or undefined), differentiable in x and w (the window is not differentiated).
+at::Tensor causal_conv(const at::Tensor& x_BTC, const at::Tensor& w_CW,
+                       const at::Tensor& window_BCW);
 
 }  // namespace furlong::kernels

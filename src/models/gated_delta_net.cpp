@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/fused_ops.h"
 #include "kernels/gated_delta_decode.h"
 
 namespace furlong::models {
@@ -101,6 +102,13 @@ at::Tensor causal_conv1d_silu(const at::Tensor& x_BTC, const at::Tensor& weight_
   const int64_t B = x_BTC.size(0), T = x_BTC.size(1), C = x_BTC.size(2);
   const int64_t W = weight_C1W.size(2);
   if (T == 0) return x_BTC;  // a document with no new tokens (a follower riding its leader)
+  if (x_BTC.device().is_cpu()) {
+    // The fused kernel: the same taps in the same order, without transposes or temporaries.
+    auto window = window_BCW.defined() ? window_BCW.to(at::kFloat).contiguous() : at::Tensor();
+    auto y_BTC = kernels::causal_conv(x_BTC.to(at::kFloat).contiguous(),
+                                      weight_C1W.select(1, 0).to(at::kFloat).contiguous(), window);
+    return at::silu(y_BTC.to(weight_C1W.scalar_type())).to(x_BTC.scalar_type());
+  }
   // The W taps summed in a fixed order in fp32, as elementwise ops: every output is the same
   // bits wherever its document sits in a batch and however the weight is laid out (a library
   // convolution picks its algorithm by shape and alignment).
