@@ -189,38 +189,15 @@ RoutingAgreement compare_routing(const MoeCase& c, const Json& oracle, size_t pr
   return a;
 }
 
-// 2 x (2 x budget) + 2 x softmax rounding, with the case's budget.
+// 2 x (2 x budget) + 2 x softmax rounding, with the case's budget (the scale and rounding of
+// the trainer's scoring, engine_test_util.h).
 double moe_logprob_tol(const MoeCase& c, const models::CausalLM& model,
                        const std::vector<std::vector<int64_t>>& prompts,
                        const std::vector<GenerateOutput>& outputs) {
-  c10::InferenceMode guard;
-  std::vector<std::vector<int64_t>> docs;
-  std::vector<int64_t> rows, targets;
-  int64_t offset = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto doc = prompts[i];
-    doc.insert(doc.end(), outputs[i].output_ids.begin(), outputs[i].output_ids.end());
-    for (size_t t = 0; t < outputs[i].output_ids.size(); ++t) {
-      rows.push_back(offset + static_cast<int64_t>(prompts[i].size() + t) - 1);
-      targets.push_back(outputs[i].output_ids[t]);
-    }
-    offset += static_cast<int64_t>(doc.size());
-    docs.push_back(doc);
-  }
-  auto hidden_PD = model.forward_hidden(models::PackedBatch::from_documents(docs));
-  const auto& w = model.weights();
-  auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
-  auto h_rows = hidden_PD.index_select(0, at::tensor(rows, at::kLong));
-  const double scale = tol::head_abs_scale(h_rows, head);
+  const auto a = compare_with_trainer(model, prompts, outputs, 1.0);
   const double reductions = c.reductions_per_layer * static_cast<double>(model.num_layers()) + 2;
-  const double budget = tol::gamma_prob(reductions * c.k_max, tol::kUFp32) * scale;
-  auto logits = at::mm(h_rows.to(at::kFloat), head.to(at::kFloat).t());
-  double rounding = 0;
-  for (int64_t r = 0; r < logits.size(0); ++r) {
-    rounding = std::max(rounding,
-                        tol::fp32_softmax_row_bound(logits[r], targets[r], 1.0).logprob_rounding);
-  }
-  return 2 * 2 * budget + 2 * rounding;
+  const double budget = tol::gamma_prob(reductions * c.k_max, tol::kUFp32) * a.abs_scale;
+  return 2 * 2 * budget + 2 * a.lp_rounding;
 }
 
 // Greedy outputs equal transformers', log-probs within the bound, routing equal to
