@@ -43,6 +43,9 @@ void add_engine_flags(config::FlagSet& f, engine::EngineOptions& e) {
   f.add("exact-logprobs", &e.exact_logprobs,
         "report log-probs bit-identical to the trainer's recomputation (one extra prefill of "
         "prompt + output per finished request)");
+  f.add("pack-shared-prompts", &e.pack_shared_prompts,
+        "that recomputation holds a prompt once for the requests finishing together that share "
+        "it, as the trainer's --pack-shared-prompts does (keep the two equal)");
   f.add("decode-log-interval", &e.decode_log_interval,
         "log one line (running and queued requests, KV-cache use, tokens/s) every this many "
         "decode steps, as SGLang does (0 = never)");

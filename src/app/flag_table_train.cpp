@@ -108,6 +108,10 @@ void add_batch_flags(config::FlagSet& f, train::BatchOptions& b, train::DataOpti
         "--micro-batch-size is not given");
   f.add("max-tokens-per-gpu", &b.max_tokens_per_gpu,
         "token budget of a packed micro-batch (default 4096 when packing by default)");
+  f.add("pack-shared-prompts", &b.pack_shared_prompts,
+        "samples with the same prompt compute it once in every forward and backward (the "
+        "trainer's and the engines' exact log-probs): same model function, fewer FLOPs; "
+        "--no-pack-shared-prompts packs each sample whole");
   f.add("calculate-per-token-loss", &b.calculate_per_token_loss,
         "sum the loss over tokens instead of averaging per sample");
   f.add_enum<train::LossType>("loss-type", &b.loss_type, {"sft_loss", "sft", "policy_loss"},

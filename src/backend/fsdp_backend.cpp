@@ -227,7 +227,7 @@ StepMetrics FsdpBackend::train_step(const std::vector<const rl::Sample*>& local,
       samples.push_back(local[i]);
       tokens += static_cast<int64_t>(local[i]->tokens.size());
     }
-    train_micro_batch(pack_micro_batch(samples), items, policy, sums);
+    train_micro_batch(pack_micro_batch(samples, share_prompts()), items, policy, sums);
     if (progress_) progress_->advance();
   }
   auto& shard_group = mesh_->dp_shard();

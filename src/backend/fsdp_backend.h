@@ -136,6 +136,13 @@ class FsdpBackend : public TrainBackend {
   void check_moe_options();
   bool moe_model() const { return model_->model().config().moe.enabled(); }
   bool routing_replay() const { return moe_model() && options_.moe.use_routing_replay; }
+  // Micro-batches hold each distinct prompt once (--pack-shared-prompts) where that computes
+  // the same thing: softmax attention, and no MoE bookkeeping over every sample's prompt rows
+  // (routing replay data and the load-balancing loss are per sample token).
+  bool share_prompts() const {
+    return options_.batch.pack_shared_prompts && model_->model().supports_shared_prefixes() &&
+           !routing_replay() && options_.moe.moe_aux_loss_coeff == 0.0;
+  }
   // The routing the training forwards of this rollout replay, per local sample (R3: the
   // samples'; R2: recorded by the old-policy pass, run for that even under
   // --use-rollout-logprobs); `old_log_probs` receives that pass's values when it runs.

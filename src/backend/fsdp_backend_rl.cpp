@@ -71,7 +71,7 @@ std::vector<at::Tensor> FsdpBackend::score_samples(fsdp::FsdpModel& model,
       std::vector<const rl::Sample*> samples;
       samples.reserve(items.size());
       for (size_t i : items) samples.push_back(local[i]);
-      auto mb = pack_micro_batch(samples);
+      auto mb = pack_micro_batch(samples, share_prompts());
       // The actor's MoE passes (replay or record); the reference model routes freely.
       auto trace = replay_TLK != nullptr || record_TLK != nullptr
                        ? make_trace(items, replay_TLK, record_TLK != nullptr, false)

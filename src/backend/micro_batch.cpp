@@ -4,26 +4,33 @@
 
 namespace furlong::backend {
 
-MicroBatch pack_micro_batch(const std::vector<const rl::Sample*>& samples) {
+MicroBatch pack_micro_batch(const std::vector<const rl::Sample*>& samples, bool share_prompts) {
   MicroBatch mb;
-  std::vector<std::vector<int64_t>> docs;
+  std::vector<const std::vector<int64_t>*> tokens;
+  std::vector<int64_t> prompts;
+  for (const auto* sample : samples) {
+    tokens.push_back(&sample->tokens);
+    prompts.push_back(sample->prompt_length());
+  }
+  models::PackedSequences packed;
+  if (samples.empty()) {
+    packed.batch = models::PackedBatch::from_documents({{0}});
+  } else {
+    packed = models::pack_sequences(tokens, prompts, share_prompts);
+  }
   std::vector<int64_t> rows, targets, lengths;
   std::vector<float> mask;
-  int64_t offset = 0;
-  for (const auto* sample : samples) {
-    const auto& s = *sample;
-    docs.push_back(s.tokens);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = *samples[i];
     const int64_t prompt = s.prompt_length();
     for (int64_t j = 0; j < s.response_length; ++j) {
-      rows.push_back(offset + prompt + j - 1);
-      targets.push_back(s.tokens[prompt + j]);
-      mask.push_back(s.remove ? 0.0f : s.loss_mask[j]);
+      rows.push_back(packed.row(i, prompt + j - 1));
+      targets.push_back(s.tokens[static_cast<size_t>(prompt + j)]);
+      mask.push_back(s.remove ? 0.0f : s.loss_mask[static_cast<size_t>(j)]);
     }
     lengths.push_back(s.response_length);
-    offset += static_cast<int64_t>(s.tokens.size());
   }
-  if (docs.empty()) docs.push_back({0});
-  mb.batch = models::PackedBatch::from_documents(docs);
+  mb.batch = std::move(packed.batch);
   auto n = static_cast<int64_t>(rows.size());
   mb.rows_T = at::tensor(rows, at::kLong).reshape({n});
   mb.targets_T = at::tensor(targets, at::kLong).reshape({n});

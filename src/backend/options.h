@@ -97,6 +97,10 @@ struct BatchOptions {
   std::optional<int64_t> max_tokens_per_gpu;
   bool calculate_per_token_loss = false;
   bool balance_data = false;  // split a rollout over DP ranks by tokens (equal counts)
+  // Samples of a micro-batch with the same prompt hold it once (models::pack_sequences), where
+  // the model can (softmax attention) and no per-token MoE bookkeeping (routing replay, the
+  // load-balancing loss) needs every sample's own prompt rows.
+  bool pack_shared_prompts = true;
   LossType loss_type = LossType::kPolicyLoss;
 };
 

@@ -663,23 +663,28 @@ void Engine::Impl::recompute_logprobs(const std::vector<std::shared_ptr<Sequence
   }
   const auto& w = model->weights();
   const auto& head = model->head_weight(w[models::CausalLM::kEmbedUnit], w[model->final_unit()]);
+  const bool share =
+      options.pack_shared_prompts && model->supports_shared_prefixes() && !cache->records_routing();
   for (double t : temperatures) {
     std::vector<Sequence*> group;
-    std::vector<std::vector<int64_t>> docs;
-    std::vector<int64_t> rows, targets;
-    int64_t offset = 0;
+    std::vector<const std::vector<int64_t>*> tokens;
+    std::vector<int64_t> prompts, rows, targets;
     for (const auto& s : seqs) {
       double st = s->sampling.temperature == 0.0 ? 1.0 : s->sampling.temperature;
       if (st != t) continue;
       group.push_back(s.get());
-      for (int64_t i = s->prompt_len; i < static_cast<int64_t>(s->tokens.size()); ++i) {
-        rows.push_back(offset + i - 1);
-        targets.push_back(s->tokens[i]);
-      }
-      offset += static_cast<int64_t>(s->tokens.size());
-      docs.push_back(s->tokens);
+      tokens.push_back(&s->tokens);
+      prompts.push_back(s->prompt_len);
     }
-    auto batch = models::PackedBatch::from_documents(docs).to(device);
+    auto packed = models::pack_sequences(tokens, prompts, share);
+    for (size_t g = 0; g < group.size(); ++g) {
+      const auto& s = *group[g];
+      for (int64_t i = s.prompt_len; i < static_cast<int64_t>(s.tokens.size()); ++i) {
+        rows.push_back(packed.row(g, i - 1));
+        targets.push_back(s.tokens[static_cast<size_t>(i)]);
+      }
+    }
+    auto batch = packed.batch.to(device);
     auto hidden_PD = model->forward_hidden(batch, recompute_options(group));
     models::LogProbOptions lo;
     lo.temperature = t;

@@ -169,6 +169,10 @@ struct EngineOptions {
   // requests keep their decode-time log-probs. Off: decode-time values (fp32 within ~2e-6 of
   // the trainer's, bf16 within ~0.02; see tests/engine/engine_generate_test.cpp).
   bool exact_logprobs = false;
+  // The exact log-prob pass holds a prompt once for all the requests finishing together that
+  // share it (models::pack_sequences, the trainer's --pack-shared-prompts packing). Applies
+  // where the model supports it and routing is not recorded (R3 replays per-request rows).
+  bool pack_shared_prompts = true;
   // SGLang's --decode-log-interval: every this many decode steps the engine logs one info line
   // (running and queued requests, tokens/s since the last line, KV-cache use); 0 = never.
   int64_t decode_log_interval = 40;

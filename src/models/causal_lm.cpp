@@ -90,6 +90,9 @@ void CausalLM::set_requires_grad(bool requires_grad) {
 
 ForwardContext CausalLM::make_context(const PackedBatch& batch, c10::ScalarType dtype,
                                       const ForwardOptions& options) const {
+  FURLONG_CHECK(!batch.has_prefixes() || supports_shared_prefixes(), config_.architecture,
+                ": this model's linear-attention layers cannot continue a shared prompt; pack "
+                "its sequences without sharing (--no-pack-shared-prompts)");
   ForwardContext ctx;
   ctx.batch = batch;
   ctx.attn = options.attn;

@@ -109,6 +109,10 @@ class CausalLM {
   std::vector<std::pair<std::string, at::Tensor>> named_weights() const;
   void set_requires_grad(bool requires_grad);
 
+  // Whether a batch may hold shared prefixes (PackedBatch::prefixes): softmax attention only;
+  // a DeltaNet layer's state would have to branch at the prefix's end.
+  bool supports_shared_prefixes() const { return !config_.linear_attention.enabled(); }
+
   // ---- functional forward pieces ----
   ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype,
                               const ForwardOptions& options) const;

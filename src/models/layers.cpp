@@ -172,16 +172,21 @@ at::Tensor apply_rope(const at::Tensor& x_PNH, const at::Tensor& cos_PH, const a
 
 namespace {
 
-// One document, [1, N, L, H] layout.
+// Where query i of a document's L rows may look among its S = prefix + L keys: the whole shared
+// prefix and its own rows up to i (causal, aligned to the last key).
+at::Tensor visible_keys_LS(int64_t L, int64_t S, const at::Tensor& like) {
+  return at::ones({L, S}, like.options().dtype(at::kBool)).tril(S - L);
+}
+
+// One document, [1, N, L, H] queries and [1, K, S, H] keys/values (S >= L: a shared prefix).
 at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            double scale) {
   int64_t groups = q.size(1) / k.size(1);
   auto k_rep = groups == 1 ? k : k.repeat_interleave(groups, 1);
   auto v_rep = groups == 1 ? v : v.repeat_interleave(groups, 1);
   auto scores = at::matmul(q, k_rep.transpose(2, 3)) * scale;
-  int64_t len = q.size(2);
-  auto future = at::ones({len, len}, q.options().dtype(at::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  auto hidden = visible_keys_LS(q.size(2), k.size(2), q).logical_not();
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::matmul(probs, v_rep);
 }
@@ -189,8 +194,11 @@ at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor document_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               AttnImpl impl, double scale) {
   if (impl == AttnImpl::kEager) return eager_attention(q, k, v, scale);
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                          /*is_causal=*/true, scale,
+  const bool prefixed = k.size(2) > q.size(2);
+  std::optional<at::Tensor> mask;
+  if (prefixed) mask = visible_keys_LS(q.size(2), k.size(2), q);
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0,
+                                          /*is_causal=*/!prefixed, scale,
                                           /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
@@ -223,11 +231,17 @@ at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at:
                      const PackedBatch& batch, AttnImpl impl, double scale) {
   FURLONG_ASSERT(q_PNH.size(0) == batch.num_tokens(), "attention: ", q_PNH.size(0),
                  " tokens but the batch has ", batch.num_tokens());
-  if (batch.num_documents() > 0 && varlen_flash_usable(q_PNH, k_PKH, impl)) {
+  if (batch.num_documents() > 0 && !batch.has_prefixes() &&
+      varlen_flash_usable(q_PNH, k_PKH, impl)) {
     return varlen_flash_attention(q_PNH, k_PKH, v_PKH, batch, scale);
   }
-  auto to_heads_first = [](const at::Tensor& x, int64_t start, int64_t len) {
-    return x.narrow(0, start, len).transpose(0, 1).unsqueeze(0);  // [1, heads, L, H]
+  auto heads_first = [](const at::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };
+  // A document's keys/values: its shared prefix's rows, then its own.
+  auto keys = [&](const at::Tensor& x_PKH, int64_t d, int64_t start, int64_t len) {
+    const auto& prefix = batch.prefix(d);
+    auto own = x_PKH.narrow(0, start, len);
+    if (prefix.length == 0) return heads_first(own);
+    return heads_first(at::cat({x_PKH.narrow(0, prefix.start, prefix.length), own}, 0));
   };
   std::vector<at::Tensor> outputs;
   outputs.reserve(batch.num_documents());
@@ -235,8 +249,8 @@ at::Tensor attention(const at::Tensor& q_PNH, const at::Tensor& k_PKH, const at:
     int64_t start = batch.cu_seqlens[d];
     int64_t len = batch.cu_seqlens[d + 1] - start;
     auto out =
-        document_attention(to_heads_first(q_PNH, start, len), to_heads_first(k_PKH, start, len),
-                           to_heads_first(v_PKH, start, len), impl, scale);
+        document_attention(heads_first(q_PNH.narrow(0, start, len)), keys(k_PKH, d, start, len),
+                           keys(v_PKH, d, start, len), impl, scale);
     outputs.push_back(out.squeeze(0).transpose(0, 1));  // [L, N, H]
   }
   return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);

@@ -120,6 +120,7 @@ class ColocatedEngines : public RolloutEngines {
       eo.max_total_tokens = options.rollout.engine_max_total_tokens;
       eo.mem_fraction_static = options.rollout.engine_mem_fraction_static;
       eo.exact_logprobs = options.rollout.engine_exact_logprobs;
+      eo.pack_shared_prompts = options.engine.pack_shared_prompts;
       eo.num_threads = options.rollout.engine_num_threads;
       eo.chunked_prefill_size = options.rollout.engine_chunked_prefill_size;
       eo.decode_log_interval = options.rollout.engine_decode_log_interval;

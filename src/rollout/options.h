@@ -116,7 +116,8 @@ struct EngineModelOptions {
   bool fp16 = false;  // --fp16 (the engine keeps its own default dtype then)
   // --compute-dtype: the trainer's, so the engines' too
   ComputeDtype compute_dtype = ComputeDtype::kAuto;
-  bool record_routing = false;  // R3: the engines record every token's experts
+  bool record_routing = false;      // R3: the engines record every token's experts
+  bool pack_shared_prompts = true;  // --pack-shared-prompts, for the exact log-prob pass
   // The engine dtype on `device_type` ("" = cuda when present, else cpu): the trainer's compute
   // dtype (core/dtype.h, rl_engine_dtype_name).
   std::string dtype(const std::string& device_type) const;

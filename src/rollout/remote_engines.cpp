@@ -62,7 +62,8 @@ dist::ChildOptions engine_server_child_options(const RolloutConfig& o, int port,
             std::to_string(o.rollout.engine_max_total_tokens),
             "--attn-implementation",
             o.engine.attn_implementation,
-            o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs"};
+            o.rollout.engine_exact_logprobs ? "--exact-logprobs" : "--no-exact-logprobs",
+            o.engine.pack_shared_prompts ? "--pack-shared-prompts" : "--no-pack-shared-prompts"};
   // The trainer's compute dtype, so engine and trainer log-probs share their arithmetic.
   c.argv.push_back("--dtype");
   c.argv.push_back(o.engine.dtype(""));

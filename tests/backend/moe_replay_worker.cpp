@@ -98,6 +98,10 @@ backend::BackendOptions train_options(const Args& a) {
   o.moe.use_routing_replay = a.replay == "r3" || a.replay == "r2";
   o.moe.moe_aux_loss_coeff = a.aux_coeff;
   o.ci_test = a.ci_test;
+  // Whole samples in every mode: the free-routing passes here are compared per sample row with
+  // an engine that records routing (and so packs whole sequences too); sharing is off under
+  // replay anyway (FsdpBackend::share_prompts).
+  o.batch.pack_shared_prompts = false;
   return o;
 }
 
@@ -177,6 +181,7 @@ std::vector<rl::Sample> engine_samples(const Args& a, bool exact_logprobs, bool 
   eo.dtype = "bfloat16";
   eo.record_routed_experts = true;
   eo.exact_logprobs = exact_logprobs;
+  eo.pack_shared_prompts = false;  // as the trainer here
   eo.num_threads = 1;
   eo.decode_log_interval = 0;
   auto engine = engine::Engine::load(a.model, eo);

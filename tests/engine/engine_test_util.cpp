@@ -75,26 +75,31 @@ std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths
 Agreement compare_with_trainer(const models::CausalLM& model,
                                const std::vector<std::vector<int64_t>>& prompts,
                                const std::vector<GenerateOutput>& outputs, double temperature,
-                               models::AttnImpl attn) {
+                               models::AttnImpl attn, bool share_prompts) {
   c10::InferenceMode guard;
   std::vector<std::vector<int64_t>> docs;
-  std::vector<int64_t> rows, targets;
+  std::vector<int64_t> prompt_lengths, rows, targets;
   std::vector<float> engine_lp;
-  int64_t offset = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto doc = prompts[i];
     doc.insert(doc.end(), outputs[i].output_ids.begin(), outputs[i].output_ids.end());
+    docs.push_back(doc);
+    prompt_lengths.push_back(static_cast<int64_t>(prompts[i].size()));
+  }
+  std::vector<const std::vector<int64_t>*> views;
+  for (const auto& d : docs) views.push_back(&d);
+  const auto packed = models::pack_sequences(views, prompt_lengths,
+                                             share_prompts && model.supports_shared_prefixes());
+  for (size_t i = 0; i < prompts.size(); ++i) {
     for (size_t t = 0; t < outputs[i].output_ids.size(); ++t) {
-      rows.push_back(offset + static_cast<int64_t>(prompts[i].size() + t) - 1);
+      rows.push_back(packed.row(i, static_cast<int64_t>(prompts[i].size() + t) - 1));
       targets.push_back(outputs[i].output_ids[t]);
       engine_lp.push_back(outputs[i].output_logprobs[t]);
     }
-    offset += static_cast<int64_t>(doc.size());
-    docs.push_back(doc);
   }
   models::ForwardOptions options;
   options.attn = attn;
-  auto hidden_PD = model.forward_hidden(models::PackedBatch::from_documents(docs), options);
+  auto hidden_PD = model.forward_hidden(packed.batch, options);
   const auto& w = model.weights();
   auto head = model.head_weight(w[models::CausalLM::kEmbedUnit], w[model.final_unit()]);
   models::LogProbOptions lo;

@@ -32,7 +32,8 @@ std::vector<std::vector<int64_t>> random_prompts(const std::vector<int>& lengths
                                                  uint32_t seed);
 
 // The engine's reported log-probs of `outputs` against the trainer's computation of them:
-// forward_hidden over the packed full sequences (with `attn`), then token_logprobs at the
+// forward_hidden over the packed full sequences (with `attn`; prompts held once as the trainer's
+// default --pack-shared-prompts does, where the model supports it), then token_logprobs at the
 // generated positions with the rollout temperature.
 struct Agreement {
   double max_abs = 0, mean_abs = 0;
@@ -44,6 +45,7 @@ struct Agreement {
 Agreement compare_with_trainer(const models::CausalLM& model,
                                const std::vector<std::vector<int64_t>>& prompts,
                                const std::vector<GenerateOutput>& outputs, double temperature,
-                               models::AttnImpl attn = models::AttnImpl::kSdpa);
+                               models::AttnImpl attn = models::AttnImpl::kSdpa,
+                               bool share_prompts = true);
 
 }  // namespace furlong::engine::testing
