@@ -490,7 +490,8 @@ std::vector<GenerateOutput> Engine::generate(
 void Engine::pause_generation() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   impl_->paused = true;
-  impl_->idle_cv.wait(lock, [&] { return !impl_->in_step; });
+  impl_->cv.notify_all();
+  impl_->idle_cv.wait(lock, [&] { return !impl_->busy(); });
 }
 
 void Engine::continue_generation() {
@@ -501,7 +502,7 @@ void Engine::continue_generation() {
 
 void Engine::flush_cache() {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->idle_cv.wait(lock, [&] { return !impl_->in_step; });
+  impl_->idle_cv.wait(lock, [&] { return !impl_->busy(); });
   FURLONG_CHECK(impl_->live.empty(), "flush_cache: ", impl_->live.size(),
                 " requests are queued or running; abort them or wait for them to finish");
   // No prefix is cached beyond the requests that own it, so there is nothing else to drop.

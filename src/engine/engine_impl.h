@@ -98,6 +98,11 @@ struct Engine::Impl {
   bool paused = false;
   int control_holds = 0;  // weight updates / memory operations in progress
   bool in_step = false;
+  // Finished requests whose exact log-probs are not computed yet (exact_pending below): the
+  // scheduler computes and delivers them before it sleeps, so waiting for !busy() also waits
+  // for them (a weight update must not come between a request's tokens and its log-probs).
+  bool has_exact_pending = false;
+  bool busy() const { return in_step || has_exact_pending; }
   bool stopping = false;
   bool weights_released = false;
   bool memory_released = false;
@@ -161,6 +166,18 @@ struct Engine::Impl {
   std::vector<float> step_logprobs(const std::vector<std::shared_ptr<Sequence>>& seqs,
                                    const at::Tensor& logits_BV, const std::vector<int64_t>& chosen);
   void recompute_isolating_failures(const std::vector<std::shared_ptr<Sequence>>& seqs);
+  // exact_logprobs: requests that finish are scored together in as few passes as latency
+  // allows, so each shared prompt is computed once and the GEMMs have many rows. They wait
+  // until nothing else is running or queued, the scheduler is paused or held, they hold
+  // kExactBatchTokens tokens, or the oldest has waited kExactMaxWaitSteps steps; then
+  // flush_exact_pending scores and returns them. Scheduler thread only (has_exact_pending
+  // mirrors it under mu). Requests that return routed experts are scored at once instead:
+  // their replay rows are read from the KV cache's routing pool before their blocks are freed.
+  static constexpr int64_t kExactMaxWaitSteps = 8;
+  static constexpr int64_t kExactBatchTokens = 8192;
+  std::vector<std::shared_ptr<Sequence>> exact_pending;
+  int64_t exact_pending_tokens = 0, exact_pending_steps = 0;
+  std::vector<std::shared_ptr<Sequence>> flush_exact_pending();
   // Ends `s` alone with `why` (finish reason abort, GenerateOutput::error); the next loop
   // iteration delivers it. Called without mu held.
   void fail_sequence(Sequence& s, const std::string& why);
@@ -200,7 +217,8 @@ struct Engine::Impl {
   auto with_scheduler_held(Fn&& fn) {
     std::unique_lock<std::mutex> lock(mu);
     ++control_holds;
-    idle_cv.wait(lock, [&] { return !in_step; });
+    cv.notify_all();
+    idle_cv.wait(lock, [&] { return !busy(); });
     lock.unlock();
     struct Release {
       Impl* impl;

@@ -39,13 +39,19 @@ void Engine::Impl::scheduler_loop() {
   auto on_device = device_guard();
   std::unique_lock<std::mutex> lock(mu);
   while (true) {
-    cv.wait(lock, [&] { return stopping || !abort_requested.empty() || can_step(); });
+    cv.wait(lock, [&] {
+      return stopping || !abort_requested.empty() || can_step() || has_exact_pending;
+    });
     auto finished = take_aborts();
     bool run = can_step();
-    if (stopping && finished.empty() && !run) break;
-    if (run) in_step = true;
+    const bool flush = !run && has_exact_pending;  // never sleep on unscored requests
+    if (stopping && finished.empty() && !run && !flush) break;
+    if (run || flush) in_step = true;
     lock.unlock();
-    if (run) {
+    if (flush) {
+      auto done = flush_exact_pending();
+      finished.insert(finished.end(), done.begin(), done.end());
+    } else if (run) {
       try {
         auto done = step();
         finished.insert(finished.end(), done.begin(), done.end());
@@ -290,21 +296,55 @@ std::vector<std::shared_ptr<Sequence>> Engine::Impl::step() {
   for (const auto& s : to_run) {
     if (s->finished) completed.push_back(s);
   }
-  if (options.exact_logprobs && !completed.empty()) recompute_isolating_failures(completed);
-  finished.insert(finished.end(), completed.begin(), completed.end());
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& s : finished) {
-    collect_routing(*s);
-    if (!s->blocks.empty()) cache->free(s->blocks);
-    s->blocks.clear();
-    live.erase(s->id);
-    abort_requested.erase(s->id);
+  const bool defer = options.exact_logprobs && !cache->records_routing();
+  if (options.exact_logprobs && !defer && !completed.empty()) {
+    recompute_isolating_failures(completed);
   }
-  running.erase(
-      std::remove_if(running.begin(), running.end(),
-                     [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
-      running.end());
+  for (const auto& s : completed) {
+    if (defer) {
+      exact_pending.push_back(s);
+      exact_pending_tokens += static_cast<int64_t>(s->tokens.size());
+    } else {
+      finished.push_back(s);
+    }
+  }
+  bool drained = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto release = [&](const std::shared_ptr<Sequence>& s) {
+      collect_routing(*s);
+      if (!s->blocks.empty()) cache->free(s->blocks);
+      s->blocks.clear();
+      live.erase(s->id);
+      abort_requested.erase(s->id);
+    };
+    for (const auto& s : finished) release(s);  // holds `completed` unless deferred
+    if (defer) {
+      for (const auto& s : completed) release(s);
+    }
+    running.erase(
+        std::remove_if(running.begin(), running.end(),
+                       [](const std::shared_ptr<Sequence>& s) { return s->blocks.empty(); }),
+        running.end());
+    drained = (running.empty() && waiting.empty()) || paused || control_holds > 0 || stopping;
+    has_exact_pending = !exact_pending.empty();
+  }
+  if (!exact_pending.empty() && (drained || ++exact_pending_steps >= kExactMaxWaitSteps ||
+                                 exact_pending_tokens >= kExactBatchTokens)) {
+    auto scored = flush_exact_pending();
+    finished.insert(finished.end(), scored.begin(), scored.end());
+  }
   return finished;
+}
+
+std::vector<std::shared_ptr<Sequence>> Engine::Impl::flush_exact_pending() {
+  auto scored = std::move(exact_pending);
+  exact_pending.clear();
+  exact_pending_tokens = exact_pending_steps = 0;
+  if (!scored.empty()) recompute_isolating_failures(scored);
+  std::lock_guard<std::mutex> lock(mu);
+  has_exact_pending = false;
+  return scored;
 }
 
 // SGLang's "Decode batch" line: one info line every decode_log_interval steps that sampled

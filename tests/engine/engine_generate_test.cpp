@@ -118,6 +118,60 @@ double greedy_logprob_tol(const models::CausalLM& model,
   return 2 * fp32_logprob_budget(a, 1.0) + 2 * a.lp_rounding;
 }
 
+// exact_logprobs scores finished requests together later (Engine::Impl::exact_pending), but never
+// across a weight update: a request that finished while another still runs, followed by an
+// update, gets the log-probs of the weights that generated its tokens. The short request's last
+// token callback waits until the update has been asked for, so the update arrives while the
+// request is unscored; it is then scored alone, as the trainer scores it here (difference 0),
+// while the long request goes on with the new weights.
+TEST(EngineLogprobs, DeferredExactScoringUsesTheWeightsThatGeneratedTheTokens) {
+  auto dir = furlong::testing::scratch_dir() / "model";
+  write_tiny_model(dir, tiny_config("qwen3"), 23, "float32");
+  auto options = small_engine_options();
+  options.exact_logprobs = true;
+  auto engine = Engine::load(dir.string(), options);
+  auto before = models::load_hf_model(dir.string());  // the weights that generate
+  auto prompts = random_prompts({6, 9}, 97, 3);
+  std::promise<GenerateOutput> short_done, long_done;
+  std::promise<void> update_asked, short_generated;
+  auto asked = update_asked.get_future().share();
+  std::atomic<int64_t> short_tokens{0};
+  std::vector<Engine::Submission> batch(2);
+  for (size_t i = 0; i < 2; ++i) {
+    batch[i].request.input_ids = prompts[i];
+    batch[i].request.sampling.temperature = 0.8;
+    batch[i].request.sampling.seed = 7 + i;
+    batch[i].request.sampling.ignore_eos = true;
+    batch[i].request.sampling.max_new_tokens = i == 0 ? 3 : 48;
+  }
+  batch[0].on_done = [&](RequestId, GenerateOutput out) { short_done.set_value(std::move(out)); };
+  batch[1].on_done = [&](RequestId, GenerateOutput out) { long_done.set_value(std::move(out)); };
+  batch[0].on_tokens = [&](RequestId, const std::vector<int64_t>& ids, const std::vector<float>&) {
+    if ((short_tokens += static_cast<int64_t>(ids.size())) == 3) {
+      short_generated.set_value();
+      asked.wait_for(std::chrono::seconds(10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the update is now waiting
+    }
+  };
+  engine->submit_all(std::move(batch));
+  auto doubled = before->named_weights();
+  for (auto& [name, w] : doubled) w = w * 2;
+  std::thread updater([&] {
+    short_generated.get_future().wait_for(std::chrono::seconds(10));
+    update_asked.set_value();
+    engine->update_weights_from_tensors(doubled, 1);
+  });
+  auto first = short_done.get_future();
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  updater.join();
+  auto second = long_done.get_future();
+  ASSERT_EQ(second.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto out = first.get();
+  ASSERT_EQ(out.output_ids.size(), 3u);
+  EXPECT_EQ(compare_with_trainer(*before, {prompts[0]}, {out}, 0.8).max_abs, 0.0);
+  EXPECT_EQ(second.get().output_ids.size(), 48u);
+}
+
 // With exact_logprobs (the default) the engine reports the trainer's own computation over the
 // finished sequences, so the difference must be exactly zero in both dtypes when the trainer
 // scores a sequence packed as the engine did. The engine re-scores the sequences that finished
