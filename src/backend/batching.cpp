@@ -1,6 +1,7 @@
 #include "backend/batching.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <queue>
 
@@ -131,9 +132,55 @@ std::vector<size_t> balanced_dp_shard_indices(const std::vector<int64_t>& total_
   return karmarkar_karp_equal_size(total_lengths, dp_size)[static_cast<size_t>(dp_rank)];
 }
 
+std::vector<int64_t> prompt_ids(const std::vector<std::vector<int64_t>>& prompts) {
+  std::map<std::vector<int64_t>, int64_t> ids;
+  std::vector<int64_t> out;
+  for (const auto& p : prompts) {
+    out.push_back(ids.try_emplace(p, static_cast<int64_t>(ids.size())).first->second);
+  }
+  return out;
+}
+
+namespace {
+
+// The step's items for token balancing: runs of samples packed together, with the tokens a
+// packed forward holds for them. Without sharing, one item per sample. With it, one per prompt
+// group (first-appearance order), cut where adding a sample would take it over `capacity`.
+struct Items {
+  std::vector<std::vector<size_t>> members;
+  std::vector<int64_t> weights;
+};
+
+Items balancing_items(const std::vector<size_t>& step, const std::vector<int64_t>& lengths,
+                      const SharedPrompts* shared, int64_t capacity) {
+  Items items;
+  std::map<int64_t, size_t> open;  // prompt id -> the item its next sample joins
+  for (size_t i : step) {
+    if (shared == nullptr) {
+      items.members.push_back({i});
+      items.weights.push_back(lengths[i]);
+      continue;
+    }
+    const int64_t id = shared->prompt_id[i], response = lengths[i] - shared->prompt_length[i];
+    auto it = open.find(id);
+    if (it != open.end() && items.weights[it->second] + response <= capacity) {
+      items.members[it->second].push_back(i);
+      items.weights[it->second] += response;
+      continue;
+    }
+    open[id] = items.members.size();
+    items.members.push_back({i});
+    items.weights.push_back(lengths[i]);
+  }
+  return items;
+}
+
+}  // namespace
+
 BatchPlan plan_batches(const std::vector<int64_t>& local_lengths, int64_t total_samples,
                        int dp_size, const BatchingOptions& o,
-                       const std::function<int64_t(int64_t)>& all_reduce_max) {
+                       const std::function<int64_t(int64_t)>& all_reduce_max,
+                       const SharedPrompts* shared) {
   FURLONG_CHECK(o.global_batch_size > 0 && o.global_batch_size % dp_size == 0,
                 "--global-batch-size ", o.global_batch_size,
                 " must be a positive multiple of the data-parallel size ", dp_size);
@@ -156,13 +203,15 @@ BatchPlan plan_batches(const std::vector<int64_t>& local_lengths, int64_t total_
                            step_items.begin() + (m + 1) * o.micro_batch_size);
       }
     } else {
-      std::vector<int64_t> lengths;
-      for (size_t i : step_items) lengths.push_back(local_lengths[i]);
-      int64_t k = all_reduce_max(first_fit_bins(lengths, o.max_tokens_per_gpu));
-      for (auto& group : karmarkar_karp(lengths, k)) {
-        std::vector<size_t> items;
-        for (size_t j : group) items.push_back(step_items[j]);
-        micro.push_back(std::move(items));
+      const auto items = balancing_items(step_items, local_lengths, shared, o.max_tokens_per_gpu);
+      int64_t k = all_reduce_max(first_fit_bins(items.weights, o.max_tokens_per_gpu));
+      for (auto& group : karmarkar_karp(items.weights, k)) {
+        std::vector<size_t> samples;
+        for (size_t j : group) {
+          samples.insert(samples.end(), items.members[j].begin(), items.members[j].end());
+        }
+        std::sort(samples.begin(), samples.end());
+        micro.push_back(std::move(samples));
       }
     }
     plan.push_back(std::move(micro));

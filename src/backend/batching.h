@@ -8,6 +8,10 @@
 //     longer than that gets its own bin), maxed over ranks so FSDP collectives line up, then a
 //     Karmarkar-Karp partition of the step's samples into exactly that many groups balancing
 //     token counts (counts may differ; a group may be empty when a rank has fewer samples).
+//     With shared prompts (SharedPrompts below), the items binned and balanced are the step's
+//     prompt groups instead of its samples, weighted by what a packed forward computes for them
+//     (prompt once plus every response), so that a group's samples land in one micro-batch and
+//     share its prompt there; a group over the budget is cut into pieces that fit.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +36,21 @@ struct BatchingOptions {
 // steps[s][m] = indices (into the local sample list) of micro-batch m of optimizer step s.
 using BatchPlan = std::vector<std::vector<std::vector<size_t>>>;
 
+// Which local samples share a prompt (equal ids; models::pack_sequences holds it once) and the
+// prompt's length, per local sample.
+struct SharedPrompts {
+  std::vector<int64_t> prompt_id;
+  std::vector<int64_t> prompt_length;
+};
+// Ids for `prompts` (token lists): equal lists get equal ids.
+std::vector<int64_t> prompt_ids(const std::vector<std::vector<int64_t>>& prompts);
+
 // `all_reduce_max` returns the maximum of a value over the data-parallel ranks (collective;
 // identity in a single process).
 BatchPlan plan_batches(const std::vector<int64_t>& local_lengths, int64_t total_samples,
                        int dp_size, const BatchingOptions& options,
-                       const std::function<int64_t(int64_t)>& all_reduce_max);
+                       const std::function<int64_t(int64_t)>& all_reduce_max,
+                       const SharedPrompts* shared = nullptr);
 
 // First-fit bin count for the given lengths and capacity.
 int64_t first_fit_bins(const std::vector<int64_t>& lengths, int64_t capacity);

@@ -137,8 +137,19 @@ std::vector<StepMetrics> FsdpBackend::train(int64_t rollout_id,
                            .micro_batch_size = options_.batch.micro_batch_size.value_or(1),
                            .dynamic = options_.batch.use_dynamic_batch_size,
                            .max_tokens_per_gpu = options_.batch.max_tokens_per_gpu.value_or(0)};
-  auto plan = plan_batches(lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
-                           [&](int64_t v) { return dp.all_reduce_max(v); });
+  std::optional<SharedPrompts> shared;
+  if (share_prompts()) {
+    std::vector<std::vector<int64_t>> prompts;
+    shared.emplace();
+    for (const auto* s : local) {
+      prompts.emplace_back(s->tokens.begin(), s->tokens.begin() + s->prompt_length());
+      shared->prompt_length.push_back(s->prompt_length());
+    }
+    shared->prompt_id = prompt_ids(prompts);
+  }
+  auto plan = plan_batches(
+      lengths, static_cast<int64_t>(samples.size()), dp.size(), batching,
+      [&](int64_t v) { return dp.all_reduce_max(v); }, shared ? &*shared : nullptr);
   std::optional<PolicyData> policy;
   if (policy_loss_mode()) policy = prepare_policy_data(samples, indices, local, plan);
   std::optional<ProgressBar> bar;

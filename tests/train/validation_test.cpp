@@ -107,6 +107,33 @@ TEST(TrainValidation, DynamicBatchingBalancesTokensAndAgreesAcrossRanks) {
   EXPECT_EQ(leftover.size(), 1u);
 }
 
+TEST(TrainValidation, SharedPromptsKeepAGroupInOneMicroBatch) {
+  // 4 prompt groups of 4 samples (prompt 10, response 5), interleaved as ranks receive them.
+  std::vector<int64_t> lengths(16, 15);
+  SharedPrompts shared;
+  for (int64_t i = 0; i < 16; ++i) {
+    shared.prompt_id.push_back(i % 4);
+    shared.prompt_length.push_back(10);
+  }
+  EXPECT_EQ(prompt_ids({{1, 2}, {3}, {1, 2}, {1}}), (std::vector<int64_t>{0, 1, 0, 2}));
+  const BatchingOptions o{.global_batch_size = 16, .dynamic = true, .max_tokens_per_gpu = 30};
+  auto identity = [](int64_t v) { return v; };
+  // Whole samples: 16 x 15 tokens in bins of 30, two samples each.
+  EXPECT_EQ(plan_batches(lengths, 16, 1, o, identity)[0].size(), 8u);
+  // Shared: a group is 10 + 4 x 5 = 30 tokens, so each micro-batch is one whole group.
+  auto plan = plan_batches(lengths, 16, 1, o, identity, &shared);
+  ASSERT_EQ(plan[0].size(), 4u);
+  for (const auto& micro : plan[0]) {
+    ASSERT_EQ(micro.size(), 4u);
+    for (size_t i : micro) EXPECT_EQ(shared.prompt_id[i], shared.prompt_id[micro[0]]);
+  }
+  // A group over the budget is cut: at 20 tokens, 10 + 2 x 5 per piece, 8 pieces.
+  auto cut = plan_batches(lengths, 16, 1,
+                          {.global_batch_size = 16, .dynamic = true, .max_tokens_per_gpu = 20},
+                          identity, &shared);
+  EXPECT_EQ(cut[0].size(), 8u);
+}
+
 TEST(TrainCli, RejectsBadConfigurationBeforeBuildingAnything) {
   auto dir = furlong::testing::scratch_dir();
   testing::write_model(dir / "m", testing::tiny_config(false), at::kFloat, 1);
