@@ -7,27 +7,19 @@
 namespace furlong::app {
 namespace {
 
-// Makes `flag` also record that it was given (either polarity), so that a default implied by
-// another flag (--colocate) yields to an explicit negation.
-void track_given(config::Flag& flag, bool* was_set) {
-  auto set = flag.set;
-  flag.set = [set, was_set](const std::vector<std::string>& values, const std::string& source) {
-    set(values, source);
-    *was_set = true;
-  };
-}
-
 void add_offload_flags(config::FlagSet& f, train::OffloadOptions& o) {
   f.set_group("Offload");
   f.add("offload", &o.offload, "both --offload-train and --offload-rollout");
-  track_given(f.add("offload-train", &o.offload_train,
-                    "move the trainer's weights and optimizer state to host memory between "
-                    "trainings; --colocate turns it on unless negated, --fsdp-cpu-offload off"),
-              &o.offload_train_set);
-  track_given(f.add("offload-rollout", &o.offload_rollout,
-                    "the engine releases its KV cache (and on a GPU its weights) while the "
-                    "trainer trains; --colocate turns it on unless negated"),
-              &o.offload_rollout_set);
+  config::record_given(
+      f.add("offload-train", &o.offload_train,
+            "move the trainer's weights and optimizer state to host memory between "
+            "trainings; --colocate turns it on unless negated, --fsdp-cpu-offload off"),
+      &o.offload_train_set);
+  config::record_given(
+      f.add("offload-rollout", &o.offload_rollout,
+            "the engine releases its KV cache (and on a GPU its weights) while the "
+            "trainer trains; --colocate turns it on unless negated"),
+      &o.offload_rollout_set);
 }
 
 void add_reference_flags(config::FlagSet& f, train::ModelOptions& m, train::BatchOptions& b) {

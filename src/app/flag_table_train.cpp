@@ -213,9 +213,13 @@ void add_rollout_flags(config::FlagSet& f, train::RolloutOptions& r) {
         "each engine's max prompt + generated tokens (0 = the model's max_position_embeddings)");
   f.add("sglang-disable-radix-cache", &r.engine_disable_radix_cache,
         "engines do not share the KV blocks of same-prompt requests (furlong's prefix sharing)");
-  f.add("engine-exact-logprobs", &r.engine_exact_logprobs,
-        "rollout log-probs from the trainer's code path on the finished sequence (bit-identical "
-        "scoring; one extra prefill per sample), else from decoding");
+  config::record_given(
+      f.add("engine-exact-logprobs", &r.engine_exact_logprobs,
+            "rollout log-probs from the trainer's code path on the finished sequence "
+            "(bit-identical scoring; one extra prefill per sample), else from decoding; unless "
+            "given, on only where the trainer uses them as pi_old (--use-rollout-logprobs, "
+            "--true-on-policy-mode)"),
+      &r.engine_exact_logprobs_set);
   f.add("engine-startup-timeout", &r.engine_startup_timeout,
         "seconds an engine server may take to answer /health (a server furlong started fails "
         "at once if its process exits)");

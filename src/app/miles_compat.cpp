@@ -126,10 +126,12 @@ void apply_translations(const MilesCompatOptions& c, train::TrainOptions& o, boo
   }
   const bool on_policy = c.true_on_policy_mode || !c.sglang_rl_on_policy_target.empty() ||
                          !c.sglang_true_on_policy_contract.empty();
-  FURLONG_CHECK(!on_policy || o.rollout.engine_exact_logprobs,
-                "--true-on-policy-mode (and --sglang-rl-on-policy-target / "
-                "--sglang-true-on-policy-contract) need the rollout log-probs to equal the "
-                "trainer's, which is --engine-exact-logprobs: drop --no-engine-exact-logprobs");
+  FURLONG_CHECK(
+      !on_policy || o.rollout.engine_exact_logprobs || !o.rollout.engine_exact_logprobs_set,
+      "--true-on-policy-mode (and --sglang-rl-on-policy-target / "
+      "--sglang-true-on-policy-contract) need the rollout log-probs to equal the "
+      "trainer's, which is --engine-exact-logprobs: drop --no-engine-exact-logprobs");
+  if (on_policy) o.rollout.engine_exact_logprobs = o.rollout.engine_exact_logprobs_set = true;
   const std::string exact =
       ": furlong's rollout log-probs come from the trainer's own code path "
       "(--engine-exact-logprobs, on), bit-identical to the trainer's recomputation";
@@ -141,10 +143,8 @@ void apply_translations(const MilesCompatOptions& c, train::TrainOptions& o, boo
   if (c.sglang_enable_deterministic_inference) {
     note(
         "--sglang-enable-deterministic-inference: furlong has no separate deterministic "
-        "inference mode; with --engine-exact-logprobs (" +
-        std::string(o.rollout.engine_exact_logprobs ? "on" : "off") +
-        ") the rollout log-probs are recomputed by the trainer's code path, independent of "
-        "batching");
+        "inference mode; with --engine-exact-logprobs the rollout log-probs are recomputed by "
+        "the trainer's code path, independent of batching");
   }
   if (c.deterministic_mode) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);

@@ -139,6 +139,14 @@ Flag* FlagSet::find(const std::string& name) {
   return nullptr;
 }
 
+void record_given(Flag& flag, bool* was_set) {
+  auto set = flag.set;
+  flag.set = [set, was_set](const std::vector<std::string>& values, const std::string& source) {
+    set(values, source);
+    *was_set = true;
+  };
+}
+
 Flag& FlagSet::add(const std::string& name, bool* field, const std::string& help) {
   return add_flag({name,
                    FlagType::kBool,

@@ -37,6 +37,10 @@ struct Flag {
   std::function<void(const std::vector<std::string>& values, const std::string& source)> set;
 };
 
+// Makes `flag` also record that it was given (either polarity, CLI or YAML), so that a default
+// implied by other flags yields to an explicit choice.
+void record_given(Flag& flag, bool* was_set);
+
 class FlagSet {
  public:
   // `command` is the subcommand name shown in usage and errors ("furlong score").

@@ -80,7 +80,10 @@ struct RolloutOptions {
   double rollout_engine_request_timeout = 1800.0;
   // Engines re-score each finished sample with the trainer's code path (rollout log-probs
   // bit-identical to the trainer's scoring of that sequence); off: decode-time log-probs.
-  bool engine_exact_logprobs = true;
+  // Unless given (engine_exact_logprobs_set), `furlong train` turns it on only where the trainer
+  // reads the rollout log-probs as pi_old (train::resolve_engine_exact_logprobs).
+  bool engine_exact_logprobs = false;
+  bool engine_exact_logprobs_set = false;
   bool check_weight_update_equal = false;
   int64_t update_weight_buffer_size = int64_t{512} << 20;
   std::optional<int64_t> debug_exit_after_rollout;

@@ -129,9 +129,16 @@ void validate_rl_options(const TrainOptions& options);
 // parsed (and miles' flags translated, app/miles_compat.h): R3 implies R2, the micro-batching
 // default, the output paths (--metrics-file, --report parents exist; --tensorboard-dir is
 // created), --chat-template-path, --apply-chat-template-kwargs, and the --save without
-// --save-interval warning (--rm-type is checked by the flag table, which parses it). Logs only
-// where `log` is true (the launch's first rank), so a line appears once per run.
+// --save-interval warning (--rm-type is checked by the flag table, which parses it), and the
+// engines' exact scoring (resolve_engine_exact_logprobs). Logs only where `log` is true (the
+// launch's first rank), so a line appears once per run.
 void prepare_options_before_launch(TrainOptions& options, bool log);
+// --engine-exact-logprobs when not given: on only where the trainer reads the rollout log-probs
+// as pi_old (--use-rollout-logprobs). Elsewhere pi_old is the trainer's own forward (the old
+// pass, or the step's forward detached), and the rollout log-probs feed TIS and the
+// trainer-vs-engine metrics, for which decoding's own log-probs are the ones that matter; the
+// re-scoring would be a forward pass over every sample that nothing reads.
+void resolve_engine_exact_logprobs(TrainOptions& options, bool log);
 
 // Each layer's view of the run's options (copies; derived sizes must be set first).
 backend::BackendOptions backend_options(const TrainOptions& options);

@@ -170,9 +170,25 @@ static void resolve_micro_batching(BatchOptions& b, bool log) {
   }
 }
 
+void resolve_engine_exact_logprobs(TrainOptions& o, bool log) {
+  auto& r = o.rollout;
+  if (r.engine_exact_logprobs_set) return;
+  r.engine_exact_logprobs = o.algorithm.use_rollout_logprobs;
+  r.engine_exact_logprobs_set = true;
+  if (log && o.batch.loss_type == LossType::kPolicyLoss) {
+    LOG_INFO("--engine-exact-logprobs: ", r.engine_exact_logprobs ? "on" : "off",
+             r.engine_exact_logprobs
+                 ? " (--use-rollout-logprobs trains against the engines' log-probs)"
+                 : " (pi_old is the trainer's own forward, so the engines keep their decoding "
+                   "log-probs; --engine-exact-logprobs re-scores each sample with the trainer's "
+                   "code path, which makes train_rollout_logprob_abs_diff 0)");
+  }
+}
+
 void prepare_options_before_launch(TrainOptions& o, bool log) {
   // miles' argument validation: R3 replays through the R2 machinery, so it turns R2 on.
   if (o.moe.use_rollout_routing_replay) o.moe.use_routing_replay = true;
+  resolve_engine_exact_logprobs(o, log);
   resolve_micro_batching(o.batch, log);
   check_outputs(o.logging);
   check_chat_template_flags(o.data);

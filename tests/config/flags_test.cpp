@@ -101,6 +101,23 @@ TEST(Flags, BooleansHaveBothForms) {
   EXPECT_FALSE(o2.keep_fp32_master);
 }
 
+// record_given: a default implied elsewhere yields to either polarity, from the CLI or YAML.
+TEST(Flags, RecordGivenSeesBothPolaritiesAndYaml) {
+  auto dir = testing::scratch_dir();
+  write_file_atomic(dir / "c.yaml", "colocate: false\n");
+  const std::vector<std::vector<std::string>> cases{
+      {}, {"--colocate"}, {"--no-colocate"}, {"--config", (dir / "c.yaml").string()}};
+  for (const auto& args : cases) {
+    bool colocate = false;
+    bool given = false;
+    FlagSet f("furlong test");
+    record_given(f.add("colocate", &colocate, "share devices"), &given);
+    ASSERT_TRUE(f.parse(args));
+    EXPECT_EQ(given, !args.empty()) << (args.empty() ? "(none)" : args[0]);
+    EXPECT_EQ(colocate, !args.empty() && args[0] == "--colocate");
+  }
+}
+
 TEST(Flags, ListsOptionalsAndInlineValues) {
   Options o;
   auto f = make_flags(o);

@@ -285,6 +285,26 @@ TEST(Offload, ResolvesAsMiles) {
   EXPECT_TRUE(resolve_offload(o).rollout);
 }
 
+// The engines re-score samples only where the trainer reads their log-probs as pi_old; a given
+// flag (either polarity) wins.
+TEST(EngineExactLogprobs, OnByDefaultOnlyWhereTheTrainerTrainsAgainstThem) {
+  TrainOptions o;
+  resolve_engine_exact_logprobs(o, /*log=*/false);
+  EXPECT_FALSE(o.rollout.engine_exact_logprobs);
+  o = TrainOptions{};
+  o.algorithm.use_rollout_logprobs = true;
+  resolve_engine_exact_logprobs(o, false);
+  EXPECT_TRUE(o.rollout.engine_exact_logprobs);
+  o.rollout.engine_exact_logprobs = false;  // --no-engine-exact-logprobs
+  o.rollout.engine_exact_logprobs_set = true;
+  resolve_engine_exact_logprobs(o, false);
+  EXPECT_FALSE(o.rollout.engine_exact_logprobs);
+  o = TrainOptions{};
+  o.rollout.engine_exact_logprobs = o.rollout.engine_exact_logprobs_set = true;
+  resolve_engine_exact_logprobs(o, false);
+  EXPECT_TRUE(o.rollout.engine_exact_logprobs);
+}
+
 TEST(DebugRolloutData, PathTemplateReplacesEveryRolloutId) {
   EXPECT_EQ(format_debug_rollout_path("/d/{rollout_id}/r_{rollout_id}.json", 12),
             "/d/12/r_12.json");
