@@ -138,7 +138,8 @@ def main():
             subprocess.run(["rm", "-rf", str(d)], check=True)
             d.mkdir(parents=True)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), FURLONG_NO_PROGRESS="1")
-        f = subprocess.Popen(furlong_cmd(build, data, fw, dtype, args.steps, args.threads),
+        f_cmd = furlong_cmd(build, data, fw, dtype, args.steps, args.threads)
+        f = subprocess.Popen(f_cmd,
                              env=env, stdout=open(fw / "log", "w"), stderr=subprocess.STDOUT)
         t = subprocess.Popen([PY, str(ROOT / "bench" / "trl_grpo_side.py"), str(MODEL),
                               str(data), str(tw), dtype, str(args.steps), str(args.threads),
@@ -151,7 +152,9 @@ def main():
             base_acc = evaluate(build, MODEL, data, "fp32", base, 2)
         f_acc = evaluate(build, export_furlong(build, fw), data, dtype, fw, 2)
         t_acc = evaluate(build, tw / "model", data, dtype, tw, 2)
-        cell = {"dtype": dtype, "furlong": {**fp, "heldout_accuracy": f_acc},
+        cell = {"dtype": dtype,
+                "furlong": {**fp, "heldout_accuracy": f_acc,
+                            "flags": [a for a in f_cmd[2:] if a.startswith("--")]},
                 "trl": {**tp, "heldout_accuracy": t_acc},
                 "step_ratio_trl_over_furlong": tp["step_s"] / fp["step_s"]}
         results["cells"].append(cell)
