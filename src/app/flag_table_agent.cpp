@@ -7,7 +7,7 @@ void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
   f.set_group("Agent episodes (multi-turn, docs/agents.md)");
   f.add("agent-env-url", &a.agent_env_url,
         "environment server (http://host:port[/path]): every sample becomes a multi-turn "
-        "episode against it (POST /start, /step, /finish)");
+        "episode against it, in the protocol of --agent-env-protocol");
   f.add("agent-max-turns", &a.agent_max_turns, "assistant turns per episode");
   f.add("agent-max-episode-tokens", &a.agent_max_episode_tokens,
         "response tokens per episode (generated and observation tokens after the prompt); each "
@@ -20,7 +20,18 @@ void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
         "bytes an env answer may have; a longer one ends the episode (no retry), counted as "
         "rollout/agent/oversized_responses");
   f.add("agent-env-concurrency", &a.agent_env_concurrency,
-        "env requests in flight at once (worker threads)");
+        "env requests in flight at once (worker threads); with --agent-env-protocol openenv "
+        "also the WebSocket sessions (server-side environments) open at once");
+  f.add("agent-env-protocol", &a.agent_env_protocol,
+        "how episodes talk to --agent-env-url: furlong (POST /start, /step, /finish), openenv "
+        "(an OpenEnv WebSocket session per episode at <url>/ws) or openenv-http (OpenEnv's POST "
+        "/reset, /step)")
+      .choices = {"furlong", "openenv", "openenv-http"};
+  f.add("agent-env-action-key", &a.agent_env_action_key,
+        "OpenEnv: the action field that carries an assistant turn's text ({KEY: text})");
+  f.add("agent-env-observation-key", &a.agent_env_observation_key,
+        "OpenEnv: the observation field (a string) that becomes the user message; unset: the "
+        "whole observation as JSON");
 }
 
 }  // namespace furlong::app

@@ -16,6 +16,7 @@
 #include "data/tool_calls.h"
 #include "rollout/engine_layout.h"
 #include "rollout/env_client.h"
+#include "rollout/env_session.h"
 #include "rollout/rollout_engines.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -40,13 +41,6 @@ OrderedJson prompt_messages(const rl::Sample& s, bool apply_chat_template) {
   return OrderedJson::array({{{"role", "user"}, {"content", s.prompt.get<std::string>()}}});
 }
 
-EnvClientOptions env_client_options(const AgentOptions& a) {
-  return {.url = a.agent_env_url.value_or(""),
-          .timeout_s = a.agent_env_timeout,
-          .max_retries = static_cast<int>(a.agent_env_max_retries),
-          .max_response_bytes = a.agent_env_max_response_bytes};
-}
-
 // The end reasons of episodes an env call failed (the sample is aborted and removed).
 bool is_env_failure(const std::string& reason) {
   return reason == "env_error" || reason == "env_timeout" || reason == "env_response_too_large";
@@ -60,7 +54,8 @@ struct AgentEpisodeRunner::Episode {
   rl::Sample* sample = nullptr;
   size_t group = 0;
   int64_t engine = 0;
-  std::string episode_id;
+  std::unique_ptr<EnvSession> session;  // open from a successful start to the episode's end
+  bool session_open = false;
   OrderedJson history = OrderedJson::array();  // the conversation so far, as messages
   int64_t turns = 0;
   int64_t turn_budget = 0;  // max_new_tokens of the turn in flight
@@ -97,6 +92,9 @@ struct AgentEpisodeRunner::Run {
   std::deque<size_t> finished;     // groups whose episodes all ended, in completion order
   std::vector<char> group_done;
   int64_t active = 0;  // episodes not yet ended
+  // Episodes not started yet because the env's sessions are bounded (sessions_bounded): each
+  // episode that ends starts the next.
+  std::deque<Episode*> waiting;
   bool stopping = false;
   std::string error;  // the first internal error (raised on the driver thread)
   std::unique_ptr<WorkerPool> pool;
@@ -110,41 +108,60 @@ AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                   ? std::make_unique<tokenizer::ChatFormatter>(hf, *options.data.chat_template_path)
                   : std::make_unique<tokenizer::ChatFormatter>(hf);
   chat_ = own_chat_.get();
-  env_ = std::make_unique<EnvClient>(env_client_options(options.agent));
+  envs_ = std::make_unique<EnvSessionFactory>(options.agent);
 }
 
 AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                                        const tokenizer::Tokenizer& tokenizer,
                                        const tokenizer::ChatFormatter& chat)
     : options_(options), tokenizer_(tokenizer), chat_(&chat) {
-  env_ = std::make_unique<EnvClient>(env_client_options(options.agent));
+  envs_ = std::make_unique<EnvSessionFactory>(options.agent);
 }
 
 AgentEpisodeRunner::~AgentEpisodeRunner() = default;
 
 void AgentEpisodeRunner::start_episode(Run& run, Episode& ep) {
   const rl::Sample& s = *ep.sample;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(run.mu);
+    stopping = run.stopping;
+  }
+  if (stopping) {  // the consumer has enough (an episode that waited for a session)
+    ep.sample->status = rl::SampleStatus::kAborted;
+    end_episode(run, ep, "aborted");
+    return;
+  }
   ep.history = prompt_messages(s, options_.data.apply_chat_template);
   OrderedJson extra = chat_template_kwargs(options_.data);
   if (s.metadata.contains("tools")) extra["tools"] = OrderedJson::parse(s.metadata["tools"].dump());
-  ep.renderer = std::make_unique<data::ObservationRenderer>(*chat_, std::move(extra));
-  Json label = s.label.empty() ? Json(nullptr) : Json(s.label);
-  const Json payload = {{"sample",
-                         {{"index", s.index},
-                          {"group_index", s.group_index},
-                          {"prompt", s.prompt},
-                          {"label", label},
-                          {"metadata", s.metadata}}}};
-  EnvReply reply = env_->post("start", payload);
-  std::string error = reply.error;  // empty when the call succeeded
-  if (reply.ok) {
-    if (auto id = parse_start_reply(reply.body, error)) ep.episode_id = *id;
-  }
-  if (ep.episode_id.empty()) {
-    end_episode(run, ep, ep.env_failure(reply, std::move(error)));
+  ep.renderer = std::make_unique<data::ObservationRenderer>(*chat_, extra);
+  ep.session = envs_->open();
+  // One seed per group: OpenEnv environments draw their task from it, and a GRPO group must
+  // share its task.
+  const uint64_t seed =
+      mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.group_index));
+  EnvAnswer start = ep.session->start(s, seed);
+  if (start.ok() && start.step.done) start.error = "the env ended the episode at its start";
+  if (!start.ok()) {
+    end_episode(run, ep, ep.env_failure(start.reply, std::move(start.error)));
     return;
   }
+  ep.session_open = true;
+  if (!start.step.observation.empty()) open_with(ep, start.step.observation, extra);
   queue_turn(run, ep);
+}
+
+// The env's opening observation joins the prompt: its messages are appended to the prompt's
+// and the prompt is rendered and tokenized again, as the dataset's prompts are.
+void AgentEpisodeRunner::open_with(Episode& ep, const OrderedJson& observation,
+                                   const OrderedJson& extra) {
+  rl::Sample& s = *ep.sample;
+  FURLONG_ASSERT(s.response_length == 0, "an opening observation after a turn");
+  for (const auto& m : observation) ep.history.push_back(m);
+  const std::string text = chat_->apply(ep.history, /*add_generation_prompt=*/true, extra);
+  s.tokens = tokenizer_.encode(text, /*add_special_tokens=*/false);
+  s.prompt = Json::parse(ep.history.dump());
 }
 
 // Sizes the next turn and hands it to the driver thread, or ends the episode when no token
@@ -183,7 +200,17 @@ void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutp
   ++ep.turns;
   ep.last_text = text;
   if (out.finish_reason != engine::FinishReason::kStop) {
-    end_episode(run, ep, out.finish_reason == engine::FinishReason::kAbort ? "aborted" : "length");
+    const bool length = out.finish_reason == engine::FinishReason::kLength;
+    if (length && ep.session->steps_truncated_turns()) {
+      EnvAnswer answer = ep.session->step(ep.turns - 1, Json::object(), text);
+      if (!answer.ok()) {
+        end_episode(run, ep, ep.env_failure(answer.reply, std::move(answer.error)));
+        return;
+      }
+      if (answer.step.reward) ep.env_reward = answer.step.reward;
+      ep.env_done = answer.step.done;
+    }
+    end_episode(run, ep, length ? "length" : "aborted");
     return;
   }
   if (continue_after_turn(run, ep, tokenizer_.decode(out.output_ids, false),
@@ -196,7 +223,9 @@ void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutp
 // and the observation appended. False when the episode ended.
 bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::string& raw_text,
                                              const std::string& text) {
-  const data::ParsedTurn parsed = data::parse_tool_calls(text);
+  const data::ParsedTurn parsed = ep.session->parses_tool_calls()
+                                      ? data::parse_tool_calls(text)
+                                      : data::ParsedTurn{.content = text, .calls = {}, .error = {}};
   OrderedJson observation;
   if (parsed.malformed()) {
     ++ep.malformed;
@@ -204,23 +233,15 @@ bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::s
         {{{"role", "tool"}, {"content", "error: malformed tool call: " + parsed.error}}});
   } else {
     ep.tool_calls += static_cast<int64_t>(parsed.calls.size());
-    const Json payload = {
-        {"episode_id", ep.episode_id},
-        {"turn", ep.turns - 1},
-        {"message",
-         {{"role", "assistant"},
-          {"content", parsed.content},
-          {"tool_calls", Json::parse(data::tool_calls_json(parsed.calls).dump())}}},
-        {"text", text},
-        {"finish_reason", "stop"}};
-    EnvReply reply = env_->post("step", payload);
-    std::string error = reply.error;  // empty when the call succeeded
-    std::optional<StepReply> step;
-    if (reply.ok) step = parse_step_reply(reply.body, error);
-    if (!step) {
-      end_episode(run, ep, ep.env_failure(reply, std::move(error)));
+    const Json message = {{"role", "assistant"},
+                          {"content", parsed.content},
+                          {"tool_calls", Json::parse(data::tool_calls_json(parsed.calls).dump())}};
+    EnvAnswer answer = ep.session->step(ep.turns - 1, message, text);
+    if (!answer.ok()) {
+      end_episode(run, ep, ep.env_failure(answer.reply, std::move(answer.error)));
       return false;
     }
+    StepReply* step = &answer.step;
     if (step->reward) ep.env_reward = step->reward;
     if (step->done) {
       ep.env_done = true;
@@ -257,20 +278,17 @@ bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::s
 void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& reason) {
   rl::Sample& s = *ep.sample;
   const bool env_failed = is_env_failure(reason);
-  if (!ep.env_done && !ep.episode_id.empty() && !env_failed) {
+  if (!ep.env_done && ep.session_open && !env_failed) {
     // furlong ended it: the env may free its state and give a final reward.
-    EnvReply reply = env_->post("finish", {{"episode_id", ep.episode_id}, {"reason", reason}});
-    std::string error = reply.error;  // empty when the call succeeded
-    std::optional<double> reward;
-    if (reply.ok) reward = parse_finish_reply(reply.body, error);
-    if (!error.empty()) {
+    EnvAnswer finish = ep.session->finish(reason);
+    if (!finish.ok()) {
       // Counted; the episode keeps its end reason (the env's last word is lost, not the turns).
       ++ep.env_errors;
-      ep.timeouts += reply.timed_out ? 1 : 0;
-      ep.oversized += reply.too_large ? 1 : 0;
-      LOG_WARN("sample ", s.index, ": ", error);
+      ep.timeouts += finish.reply.timed_out ? 1 : 0;
+      ep.oversized += finish.reply.too_large ? 1 : 0;
+      LOG_WARN("sample ", s.index, ": ", finish.error);
     }
-    if (reward) ep.env_reward = reward;
+    if (finish.step.reward) ep.env_reward = finish.step.reward;
   }
   if (env_failed) {
     s.status = rl::SampleStatus::kAborted;
@@ -303,6 +321,8 @@ void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& r
 void AgentEpisodeRunner::release(Run& run, Episode& ep) {
   if (ep.ended) return;
   ep.ended = true;
+  ep.session.reset();  // an OpenEnv connection closes here (its server-side env with it)
+  Episode* next = nullptr;
   {
     std::lock_guard<std::mutex> lock(run.mu);
     --run.active;
@@ -310,6 +330,13 @@ void AgentEpisodeRunner::release(Run& run, Episode& ep) {
       run.finished.push_back(ep.group);
       run.group_done[ep.group] = 1;
     }
+    if (!run.waiting.empty()) {
+      next = run.waiting.front();
+      run.waiting.pop_front();
+    }
+  }
+  if (next) {
+    run.pool->post([this, &run, next] { guarded(run, *next, [&] { start_episode(run, *next); }); });
   }
   run.cv.notify_all();
 }
@@ -383,8 +410,17 @@ void AgentEpisodeRunner::generate_groups(RolloutEngines& engines,
   }
   run.pool = std::make_unique<WorkerPool>(std::clamp<int64_t>(
       static_cast<int64_t>(episodes.size()), 1, options_.agent.agent_env_concurrency));
-  for (auto& ep : episodes) {
-    Episode* e = ep.get();
+  // OpenEnv WebSocket sessions each hold an environment on the server: at most
+  // --agent-env-concurrency are open at once. furlong's protocol and OpenEnv's HTTP form keep
+  // episodes by id, so their episodes all start at once.
+  const bool bounded = options_.agent.agent_env_protocol == "openenv";
+  const auto limit = static_cast<size_t>(options_.agent.agent_env_concurrency);
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    Episode* e = episodes[i].get();
+    if (bounded && i >= limit) {
+      run.waiting.push_back(e);
+      continue;
+    }
     run.pool->post([this, &run, e] { guarded(run, *e, [&] { start_episode(run, *e); }); });
   }
   drive(run, groups, consume);
@@ -534,7 +570,7 @@ void validate_agent_options(const RolloutConfig& o) {
   FURLONG_CHECK(!o.rollout.partial_rollout,
                 "--agent-env-url with --partial-rollout is not supported: an episode cannot be "
                 "resumed in a later rollout (its env state is gone)");
-  EnvClient check(EnvClientOptions{.url = *a.agent_env_url});  // the URL's form
+  EnvSessionFactory check(a);  // the protocol and the URL's form
 }
 
 }  // namespace furlong::rollout

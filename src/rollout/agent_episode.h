@@ -33,7 +33,7 @@ class ChatFormatter;
 namespace furlong::rollout {
 
 class RolloutEngines;
-class EnvClient;
+class EnvSessionFactory;
 
 class AgentEpisodeRunner {
  public:
@@ -58,6 +58,7 @@ class AgentEpisodeRunner {
   struct Run;
   struct Episode;
   void start_episode(Run& run, Episode& ep);
+  void open_with(Episode& ep, const OrderedJson& observation, const OrderedJson& extra);
   void finish_turn(Run& run, Episode& ep, engine::GenerateOutput out);
   bool continue_after_turn(Run& run, Episode& ep, const std::string& raw_text,
                            const std::string& text);
@@ -72,7 +73,7 @@ class AgentEpisodeRunner {
   const tokenizer::Tokenizer& tokenizer_;
   std::unique_ptr<tokenizer::ChatFormatter> own_chat_;
   const tokenizer::ChatFormatter* chat_ = nullptr;
-  std::unique_ptr<EnvClient> env_;
+  std::unique_ptr<EnvSessionFactory> envs_;
 };
 
 // Wraps the configured reward function (`reward`, null when neither --rm-type nor --rm-url is

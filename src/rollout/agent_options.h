@@ -22,7 +22,12 @@ struct AgentOptions {
   int64_t agent_env_max_retries = 2;
   // An env answer longer than this ends the episode (counted as oversized_responses).
   int64_t agent_env_max_response_bytes = kDefaultEnvMaxResponseBytes;
-  int64_t agent_env_concurrency = 16;  // env requests in flight at once (worker threads)
+  // env requests in flight at once (worker threads); openenv: also sessions open at once
+  int64_t agent_env_concurrency = 16;
+  // furlong | openenv (WebSocket sessions) | openenv-http (rollout/env_session.h)
+  std::string agent_env_protocol = "furlong";
+  std::string agent_env_action_key = "message";          // OpenEnv: the action's text field
+  std::optional<std::string> agent_env_observation_key;  // OpenEnv: the observation's text field
 };
 
 }  // namespace furlong::rollout

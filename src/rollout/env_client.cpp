@@ -168,11 +168,12 @@ EnvClient::EnvClient(EnvClientOptions options) : options_(std::move(options)) {
   while (path_.ends_with('/')) path_.pop_back();
 }
 
-EnvReply EnvClient::post(const std::string& endpoint, const Json& payload) const {
+EnvReply EnvClient::post(const std::string& endpoint, const Json& payload,
+                         std::optional<int> max_retries) const {
   const std::string body = payload.dump(-1, ' ', false, Json::error_handler_t::replace);
   const std::string path = path_ + "/" + endpoint;
   EnvReply reply;
-  const int attempts = 1 + options_.max_retries;
+  const int attempts = 1 + max_retries.value_or(options_.max_retries);
   for (int k = 1; k <= attempts; ++k) {
     if (k > 1) {
       const double wait =
@@ -208,11 +209,7 @@ std::optional<std::string> parse_start_reply(const Json& body, std::string& erro
   return body["episode_id"].get<std::string>();
 }
 
-namespace {
-
-// A reward field: absent or null = none; a number within kMaxEnvReward; anything else sets
-// `error`.
-std::optional<double> reward_field(const Json& body, const char* endpoint, std::string& error) {
+std::optional<double> env_reward_field(const Json& body, const char* endpoint, std::string& error) {
   auto it = body.find("reward");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number() || !(std::abs(it->get<double>()) <= kMaxEnvReward)) {
@@ -223,8 +220,6 @@ std::optional<double> reward_field(const Json& body, const char* endpoint, std::
   }
   return it->get<double>();
 }
-
-}  // namespace
 
 std::optional<StepReply> parse_step_reply(const Json& body, std::string& error) {
   if (!body.is_object()) {
@@ -240,7 +235,7 @@ std::optional<StepReply> parse_step_reply(const Json& body, std::string& error) 
   }
   reply.done = done->get<bool>();
   std::string reward_error;  // whatever `error` held before is not this answer's
-  reply.reward = reward_field(body, "/step", reward_error);
+  reply.reward = env_reward_field(body, "/step", reward_error);
   if (!reward_error.empty()) {
     error = std::move(reward_error);
     return std::nullopt;
@@ -278,7 +273,7 @@ std::optional<double> parse_finish_reply(const Json& body, std::string& error) {
     error = "/finish must answer a JSON object, got " + json_excerpt(body);
     return std::nullopt;
   }
-  return reward_field(body, "/finish", error);
+  return env_reward_field(body, "/finish", error);
 }
 
 }  // namespace furlong::rollout

@@ -59,7 +59,10 @@ class EnvClient {
  public:
   // Checks the URL (a furlong::Error naming --agent-env-url otherwise).
   explicit EnvClient(EnvClientOptions options);
-  EnvReply post(const std::string& endpoint, const Json& payload) const;
+  // POSTs `payload` to <url>/<endpoint>, with --agent-env-max-retries retries unless
+  // `max_retries` says otherwise.
+  EnvReply post(const std::string& endpoint, const Json& payload,
+                std::optional<int> max_retries = std::nullopt) const;
   const EnvClientOptions& options() const { return options_; }
 
  private:
@@ -74,6 +77,9 @@ std::optional<std::string> parse_start_reply(const Json& body, std::string& erro
 // content a string), required non-empty unless done; reward a number within kMaxEnvReward,
 // null or absent. `error` is set on failure only (what it held before does not matter).
 std::optional<StepReply> parse_step_reply(const Json& body, std::string& error);
+// A reward field of an env answer: absent or null = none; a number within kMaxEnvReward;
+// anything else sets `error` (naming `endpoint`).
+std::optional<double> env_reward_field(const Json& body, const char* endpoint, std::string& error);
 // The reward of a /finish answer (null or absent: none); an error text when it is not a number.
 std::optional<double> parse_finish_reply(const Json& body, std::string& error);
 

@@ -4,13 +4,16 @@
 
 #include <ATen/ATen.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 namespace furlong::testing {
 
@@ -143,6 +146,38 @@ double max_rel_diff(const at::Tensor& a, const at::Tensor& b, double floor) {
   auto bd = b.to(at::kDouble);
   auto denom = bd.abs().clamp_min(floor);
   return ((a.to(at::kDouble) - bd).abs() / denom).max().item<double>();
+}
+
+ScriptServer::ScriptServer(const std::filesystem::path& script,
+                           const std::vector<std::string>& args, const std::filesystem::path& dir) {
+  const auto port_file = dir / (script.stem().string() + ".port");
+  std::filesystem::remove(port_file);
+  std::vector<std::string> argv{python().string(), script.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  for (const char* a : {"--port", "0", "--port-file"}) argv.emplace_back(a);
+  argv.push_back(port_file.string());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  for (int i = 0; i < 300 && !std::filesystem::exists(port_file); ++i)  // at most 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::ifstream(port_file) >> port_;
+}
+
+ScriptServer::~ScriptServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string ScriptServer::url(const std::string& scheme) const {
+  return scheme + "://127.0.0.1:" + std::to_string(port_);
 }
 
 }  // namespace furlong::testing

@@ -50,4 +50,22 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 // max |a - b| / max(|b|, floor).
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b, double floor = 1e-6);
 
+// A Python server of the source tree (an example env) as a child process on a kernel-chosen
+// loopback port: started with `args` plus "--port 0 --port-file F", waited for (30 s at most;
+// port() is 0 when it did not come up), killed on destruction.
+class ScriptServer {
+ public:
+  ScriptServer(const std::filesystem::path& script, const std::vector<std::string>& args,
+               const std::filesystem::path& dir);
+  ~ScriptServer();
+  ScriptServer(const ScriptServer&) = delete;
+  ScriptServer& operator=(const ScriptServer&) = delete;
+  int port() const { return port_; }
+  std::string url(const std::string& scheme = "http") const;
+
+ private:
+  int pid_ = -1;
+  int port_ = 0;
+};
+
 }  // namespace furlong::testing

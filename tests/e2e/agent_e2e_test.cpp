@@ -35,36 +35,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The reference env as a child process on a kernel-chosen loopback port; killed on destruction.
-class CalculatorEnvProcess {
+// The reference env on a kernel-chosen loopback port, paying --call-reward 1.
+class CalculatorEnvProcess : public ScriptServer {
  public:
-  explicit CalculatorEnvProcess(const fs::path& dir) {
-    const auto port_file = dir / "env.port";
-    const std::string script = (source_dir() / "examples/agent_env/calculator_env.py").string();
-    const std::string py = python().string();
-    const std::string port_arg = port_file.string();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execl(py.c_str(), py.c_str(), script.c_str(), "--port", "0", "--port-file",
-              port_arg.c_str(), "--call-reward", "1", static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    for (int i = 0; i < 300 && !fs::exists(port_file); ++i)  // at most 30 s
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream(port_file) >> port_;
-  }
-  ~CalculatorEnvProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
+  explicit CalculatorEnvProcess(const fs::path& dir)
+      : ScriptServer(source_dir() / "examples/agent_env/calculator_env.py", {"--call-reward", "1"},
+                     dir) {}
 };
 
 std::vector<Json> read_rows(const fs::path& file) {
@@ -150,6 +126,91 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
             value(rows.front(), "rollout/agent/tool_calls") + 0.5);
   EXPECT_GT(value(rows.back(), "rollout/agent/masked_token_share"), 0.0);
   EXPECT_GT(value(rows.back(), "rollout/agent/turns"), value(rows.front(), "rollout/agent/turns"));
+}
+
+// The threshold task served by an OpenEnv-shaped env (examples/openenv/sum_env.py --task
+// threshold): every dataset prompt is the same "Q"; the env's reset draws the group's task
+// "a+b=" from the group's seed and furlong appends it to the prompt as a user message; the one
+// step's action is the answer, rewarded 1 when it is the task's label. `extra` adds flags.
+std::vector<Json> run_openenv_grpo(const fs::path& dir, const std::string& protocol,
+                                   const std::vector<std::string>& env_args, int num_rollout,
+                                   const std::vector<std::string>& extra = {}) {
+  auto config = arith_qwen3_config();
+  config["eos_token_id"] = 19;
+  const auto model =
+      init_model(dir, "model", config, source_dir() / "examples/agent_env/tokenizer");
+  const auto prompts = dir / "prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    for (int i = 0; i < 64; ++i) out << Json{{"input", "Q"}, {"label", "-"}}.dump() << "\n";
+  }
+  std::vector<std::string> args{"--task", "threshold"};
+  args.insert(args.end(), env_args.begin(), env_args.end());
+  ScriptServer env(source_dir() / "examples/openenv/sum_env.py", args, dir);
+  EXPECT_GT(env.port(), 0) << "the example env did not start";
+  auto flags = threshold_grpo_flags(model, prompts, num_rollout)
+                   .drop("--rm-type")
+                   .add({"--apply-chat-template", "--agent-env-url", env.url(),
+                         "--agent-env-protocol", protocol, "--agent-env-observation-key", "prompt",
+                         "--agent-max-turns", "1", "--rollout-temperature", "1.0"})
+                   .add(tiny_trainer_flags())
+                   .add({"--metrics-file", (dir / "metrics.jsonl").string(), "--colocate"})
+                   .add(extra);
+  std::string cmd = shell_quote(furlong_binary().string()) + " train";
+  for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
+  auto r = run_command(cmd + " 2>&1");
+  std::ofstream(dir / "train.log") << r.output;  // the episodes' warnings, for a failure
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto rows = read_rows(dir / "metrics.jsonl");
+  EXPECT_EQ(rows.size(), static_cast<size_t>(num_rollout)) << r.output;
+  return rows;
+}
+
+// GRPO over OpenEnv's WebSocket sessions learns the task the env poses (the z statistic of the
+// calculator test above, first and last 4 rollouts of 64 episodes); every episode is graded by
+// the env, and none failed.
+TEST(AgentEndToEnd, GrpoOverOpenEnvWebSocketSessionsLearnsTheEnvsTask) {
+  const int num_rollout = 16, k = 4;
+  auto rows = run_openenv_grpo(scratch_dir(), "openenv", {}, num_rollout);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout));
+  double first = 0, last = 0;
+  for (int i = 0; i < k; ++i) {
+    first += value(rows[static_cast<size_t>(i)], "rollout/raw_reward");
+    last += value(rows[rows.size() - 1 - static_cast<size_t>(i)], "rollout/raw_reward");
+  }
+  const double n = k * 64.0, p1 = first / k, p2 = last / k, p = (p1 + p2) / 2;
+  const double z = (p2 - p1) / std::sqrt(std::max(p * (1 - p) * 2 / n, 1e-12));
+  EXPECT_GT(z, 5.0) << "first/last rewards " << p1 << " / " << p2;
+  for (const auto& row : rows) {
+    EXPECT_EQ(value(row, "rollout/agent/missing_reward"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/env_errors"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/turns"), 1.0);
+    EXPECT_EQ(value(row, "train/ppo_kl"), 0.0);
+  }
+}
+
+// The HTTP form runs the same episodes (the example env keeps them by episode_id); a fault in
+// every 4th WebSocket session ends only that episode, counted, and the run goes on.
+TEST(AgentEndToEnd, OpenEnvOverHttpAndSessionFaultsEndOnlyTheirEpisodes) {
+  auto http = run_openenv_grpo(scratch_dir(), "openenv-http", {}, 2);
+  for (const auto& row : http) {
+    EXPECT_EQ(value(row, "rollout/agent/missing_reward"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/env_errors"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/turns"), 1.0);
+  }
+  for (const std::string fault : {"close-on-step", "hang-on-step"}) {
+    SCOPED_TRACE(fault);
+    // At most 8 sessions at once (--agent-env-concurrency); a hung session's server thread
+    // never ends, so the server gets room for all of them.
+    auto rows = run_openenv_grpo(scratch_dir(), "openenv",
+                                 {"--fault", fault, "--fault-every", "4", "--max-sessions", "200"},
+                                 2, {"--agent-env-timeout", "2", "--agent-env-concurrency", "8"});
+    for (const auto& row : rows) {
+      // 64 sessions a rollout, every 4th faulty: 16 (the server counts sessions over the run).
+      EXPECT_EQ(value(row, "rollout/agent/env_errors"), 16.0);
+      EXPECT_EQ(value(row, "rollout/agent/timeouts"), fault == "hang-on-step" ? 16.0 : 0.0);
+    }
+  }
 }
 
 // The reference env speaks the protocol of docs/agents.md: repeated steps get the same answer,

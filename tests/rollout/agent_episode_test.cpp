@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -275,10 +276,11 @@ const Json& oracle() {
 
 // Mask 1 and the scripted log-probs exactly on the two generated turns (the response's first
 // and last tokens), mask 0 and log-prob 0 on the observation between them.
-void expect_two_turn_layout(const rl::Sample& s, size_t script) {
+void expect_two_turn_layout(const rl::Sample& s, const std::string& turn0,
+                            const std::string& turn1) {
   std::vector<std::vector<int64_t>> turns;
-  for (size_t t = 0; t < 2; ++t) {
-    turns.push_back(qwen().encode(scripts()[script].turns[t]));
+  for (const auto* text : {&turn0, &turn1}) {
+    turns.push_back(qwen().encode(*text));
     turns.back().push_back(im_end());
   }
   const auto n = static_cast<size_t>(s.response_length);
@@ -322,7 +324,7 @@ TEST(AgentEpisodes, TokensMasksAndLogProbsMatchTheWholeConversation) {
     want.pop_back();
     EXPECT_EQ(s.tokens, want) << "furlong: " << qwen().decode(s.tokens)
                               << "\ntransformers: " << oracle()[std::to_string(i)]["text"];
-    expect_two_turn_layout(s, i);
+    expect_two_turn_layout(s, scripts()[i].turns[0], scripts()[i].turns[1]);
     // The second turn was generated from exactly the tokens the sample holds before it.
     ASSERT_EQ(engines.inputs[i].size(), 2u);
     const auto& second_input = engines.inputs[i][1];
@@ -504,6 +506,114 @@ TEST(AgentOptions, BadValuesNameTheirFlag) {
   }
   RolloutConfig fine = agent_options("http://127.0.0.1:1");
   validate_agent_options(fine);  // no error
+}
+
+}  // namespace
+}  // namespace furlong::rollout
+
+namespace furlong::rollout {
+namespace {
+
+// Engines for an OpenEnv episode against examples/openenv/sum_env.py: turn 0 answers wrong
+// ("It is 0."), turn 1 the sum of the last "What is a + b?" in its input. Log-probs as
+// ScriptedEngines'.
+class SumAnsweringEngines : public RolloutEngines {
+ public:
+  ~SumAnsweringEngines() override {
+    for (auto& t : threads_) t.join();
+  }
+  static std::string turn_text(int turn, const std::string& input) {
+    if (turn == 0) return "It is 0.";
+    static const std::regex question(R"(What is (\d+) \+ (\d+)\?)");
+    std::string sum = "?";
+    for (auto it = std::sregex_iterator(input.begin(), input.end(), question);
+         it != std::sregex_iterator(); ++it)
+      sum = std::to_string(std::stoi((*it)[1]) + std::stoi((*it)[2]));
+    return "<think>\nAdding.\n</think>\n\nIt is " + sum + ".";
+  }
+  void submit(engine::GenerateRequest request, Done done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int turn = static_cast<int>(inputs.size());
+    const std::string input = qwen().decode(request.input_ids);
+    texts.push_back(turn_text(turn, input));
+    inputs.push_back(request.input_ids);
+    engine::GenerateOutput out;
+    out.output_ids = qwen().encode(texts.back());
+    out.output_ids.push_back(im_end());
+    out.finish_reason = engine::FinishReason::kStop;
+    for (size_t p = 0; p < out.output_ids.size(); ++p)
+      out.output_logprobs.push_back(-(1.0f + static_cast<float>(turn)) / 100.0f -
+                                    static_cast<float>(p) / 1000.0f);
+    threads_.emplace_back(
+        [done = std::move(done), out = std::move(out)]() mutable { done(std::move(out)); });
+  }
+  void abort_all() override {}
+  int64_t sync_weights(const WeightSource&, int64_t, bool) override { return 0; }
+  std::string describe() const override { return "sum-answering"; }
+
+  std::vector<std::vector<int64_t>> inputs;
+  std::vector<std::string> texts;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+// An OpenEnv episode over a WebSocket session: the reset observation joins the prompt as a user
+// message, a wrong answer's observation is appended with mask 0, the right one ends it with the
+// summed reward; the tokens are transformers' rendering of the whole conversation.
+TEST(AgentEpisodes, AnOpenEnvEpisodeHoldsTheConversationTransformersRenders) {
+  testing::ScriptServer env(testing::source_dir() / "examples/openenv/sum_env.py",
+                            {"--attempts", "2"}, testing::scratch_dir());
+  ASSERT_GT(env.port(), 0) << "the example env did not start";
+  RolloutConfig o = agent_options(env.url());
+  o.agent.agent_env_protocol = "openenv";
+  o.agent.agent_env_observation_key = "prompt";
+  o.agent.agent_env_timeout = 10;
+  const OrderedJson prompt =
+      OrderedJson::parse(R"([{"role": "user", "content": "Solve the task you are given."}])");
+  rl::Sample s;
+  s.status = rl::SampleStatus::kPending;
+  s.prompt = Json::parse(prompt.dump());
+  s.tokens = qwen().encode(qwen_chat().apply(prompt, true));
+  SumAnsweringEngines engines;
+  AgentEpisodeRunner runner(o, qwen(), qwen_chat());
+  engine::SamplingParams params;
+  params.max_new_tokens = 64;
+  rl::Sample got;
+  std::vector<std::vector<rl::Sample>> groups{{std::move(s)}};
+  runner.generate_groups(engines, std::move(groups), params, [&](std::vector<rl::Sample>&& g) {
+    got = std::move(g.front());
+    return false;
+  });
+  ASSERT_EQ(engines.texts.size(), 2u);
+  EXPECT_EQ(got.metadata["agent"]["end_reason"], "done");
+  EXPECT_EQ(got.raw_reward, 1.0);  // 0 for the wrong answer + 1 for the right one
+  const auto& messages = got.metadata["agent"]["messages"];
+  ASSERT_GE(messages.size(), 2u);
+  const std::string task = messages[1]["content"];
+  EXPECT_NE(task.find("What is "), std::string::npos) << task;
+  OrderedJson whole = prompt;
+  whole.push_back({{"role", "user"}, {"content", task}});
+  // The prompt the first turn was generated from: the row's messages and the reset observation.
+  EXPECT_EQ(engines.inputs[0], qwen().encode(qwen_chat().apply(whole, true)));
+  whole.push_back({{"role", "assistant"}, {"content", engines.texts[0]}});
+  whole.push_back({{"role", "user"}, {"content", "wrong, 1 attempt(s) left"}});
+  whole.push_back({{"role", "assistant"}, {"content", engines.texts[1]}});
+  const OrderedJson cases = OrderedJson::array({{{"name", "openenv"}, {"messages", whole}}});
+  const auto dir = testing::cached_oracle(
+      "agent_conversation", "oracles/agent_conversation.py", cases.dump(), [&](const fs::path& d) {
+        std::ofstream(d / "cases.json") << cases.dump();
+        return std::vector<std::string>{"--tokenizer", testing::tokenizer_dir("qwen3").string(),
+                                        "--cases",     (d / "cases.json").string(),
+                                        "--out",       (d / "out.json").string()};
+      });
+  const Json want_json = Json::parse(read_file(dir / "out.json"))["openenv"];
+  auto want = want_json["ids"].get<std::vector<int64_t>>();
+  want.pop_back();  // the template's "\n" after the final <|im_end|>
+  EXPECT_EQ(got.tokens, want) << "furlong: " << qwen().decode(got.tokens)
+                              << "\ntransformers: " << want_json["text"];
+  expect_two_turn_layout(got, engines.texts[0], engines.texts[1]);
 }
 
 }  // namespace
