@@ -27,8 +27,10 @@ the prompt is "a+b=" with digits 0..9 and the right answer is "1" when a + b >= 
 tiny task of furlong's tests).
 
 Fault switches for tests: --fault close-on-step (the WebSocket closes at the first step),
-error-on-step (an error message answers it), hang-on-step (no answer); with --fault-every N
-only every N-th WebSocket session has the fault.
+error-on-step (an error message answers it), hang-on-step (no answer), oversized-on-step (a
+9 MiB answer), bad-length-on-step (a frame claiming 2^64 - 2 bytes); with --fault-every N
+only every N-th WebSocket session has the fault. --ping-interval S pings each WebSocket session
+every S seconds and drops it when the previous ping is still unanswered (as uvicorn does).
 
     python3 examples/openenv/sum_env.py --port 8000
     furlong train ... --agent-env-url http://127.0.0.1:8000 --agent-env-protocol openenv \\
@@ -163,6 +165,8 @@ class Handler(BaseHTTPRequestHandler):
             if req.get("episode_id"):
                 with srv.lock:
                     srv.http_episodes[req["episode_id"]] = env
+                    while len(srv.http_episodes) > 10000:  # episodes that never ended
+                        srv.http_episodes.pop(next(iter(srv.http_episodes)))
             return self.reply(200, result)
         if self.path == "/step":
             if not isinstance(req.get("action"), dict):
@@ -196,6 +200,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         self.close_connection = True
+        self.wlock = threading.Lock()  # the pinger writes too
         srv = self.server
         with srv.lock:
             full = srv.sessions >= srv.args.max_sessions
@@ -208,9 +213,13 @@ class Handler(BaseHTTPRequestHandler):
                 "message": "Server at capacity", "code": "CAPACITY_REACHED",
                 "active_sessions": srv.sessions, "max_sessions": srv.args.max_sessions}})
             return self.ws_close()
+        self.last_ping, self.last_pong, self.ended = None, None, False
+        if srv.args.ping_interval:
+            threading.Thread(target=self.ws_pinger, daemon=True).start()
         try:
             self.ws_session(srv.new_env(), srv.args.fault if faulty else None)
         finally:
+            self.ended = True
             with srv.lock:
                 srv.sessions -= 1
 
@@ -241,12 +250,38 @@ class Handler(BaseHTTPRequestHandler):
                 if fault == "error-on-step":
                     self.ws_error("the env refused the step", "EXECUTION_ERROR")
                     continue
+                if fault == "oversized-on-step":  # a 9 MiB observation
+                    self.ws_send({"type": "observation", "data": {
+                        "observation": {"prompt": "x" * (9 << 20)}, "reward": 0.0,
+                        "done": False}})
+                    continue
+                if fault == "bad-length-on-step":  # a fragment, then a 2^64 - 2 byte one
+                    with self.wlock:
+                        self.wfile.write(bytes([0x01, 2]) + b"ab" + bytes([0x80, 127]) +
+                                         b"\xff" * 7 + b"\xfe")
+                        self.wfile.flush()
+                    time.sleep(3600)
                 try:
                     self.ws_send({"type": "observation", "data": env.step(data)})
                 except ValueError as e:
                     self.ws_error(str(e), "EXECUTION_ERROR")
             else:
                 self.ws_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE")
+
+    def ws_pinger(self):
+        import socket
+        while not self.ended:
+            time.sleep(self.server.args.ping_interval)
+            if self.ended:
+                return
+            if self.last_ping is not None and (self.last_pong or 0) < self.last_ping:
+                self.connection.shutdown(socket.SHUT_RDWR)  # the client missed a ping
+                return
+            self.last_ping = time.monotonic()
+            try:
+                self.ws_send(b"keepalive", opcode=0x9)
+            except OSError:
+                return
 
     def ws_error(self, message, code):
         self.ws_send({"type": "error", "data": {"message": message, "code": code}})
@@ -261,8 +296,9 @@ class Handler(BaseHTTPRequestHandler):
             head += bytes([126]) + struct.pack(">H", n)
         else:
             head += bytes([127]) + struct.pack(">Q", n)
-        self.wfile.write(head + payload)
-        self.wfile.flush()
+        with self.wlock:
+            self.wfile.write(head + payload)
+            self.wfile.flush()
 
     def ws_close(self):
         try:
@@ -292,6 +328,9 @@ class Handler(BaseHTTPRequestHandler):
             if opcode == 0x9:
                 self.ws_send(data, opcode=0xA)
                 continue
+            if opcode == 0xA:
+                self.last_pong = time.monotonic()
+                continue
             if opcode in (0x1, 0x0):
                 message += data
                 if fin:
@@ -305,8 +344,11 @@ def main():
     ap.add_argument("--task", choices=["sum", "threshold"], default="sum")
     ap.add_argument("--attempts", type=int, default=1, help="steps an episode may take")
     ap.add_argument("--max-sessions", type=int, default=64, help="WebSocket sessions at once")
-    ap.add_argument("--fault", choices=["close-on-step", "error-on-step", "hang-on-step"])
+    ap.add_argument("--fault", choices=["close-on-step", "error-on-step", "hang-on-step",
+                                        "oversized-on-step", "bad-length-on-step"])
     ap.add_argument("--fault-every", type=int, default=1, help="the fault hits every N-th session")
+    ap.add_argument("--ping-interval", type=float, default=0,
+                    help="seconds between pings of a WebSocket session (0: none)")
     args = ap.parse_args()
     server = Server(("127.0.0.1", args.port), args)
     port = server.server_address[1]

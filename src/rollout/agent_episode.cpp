@@ -202,7 +202,9 @@ void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutp
   if (out.finish_reason != engine::FinishReason::kStop) {
     const bool length = out.finish_reason == engine::FinishReason::kLength;
     if (length && ep.session->steps_truncated_turns()) {
-      EnvAnswer answer = ep.session->step(ep.turns - 1, Json::object(), text);
+      // The text a completed turn sends too: decoded without special tokens.
+      EnvAnswer answer =
+          ep.session->step(ep.turns - 1, Json::object(), tokenizer_.decode(out.output_ids, true));
       if (!answer.ok()) {
         end_episode(run, ep, ep.env_failure(answer.reply, std::move(answer.error)));
         return;

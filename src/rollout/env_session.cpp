@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -90,8 +93,12 @@ class FurlongSession : public EnvSession {
 
 // The reset payload of an OpenEnv episode: the group's seed, an episode id, and the sample's
 // metadata["env_reset"] object (dataset-given reset arguments) on top.
+std::string openenv_episode_id(const rl::Sample& s) {
+  return "furlong-" + std::to_string(s.index);
+}
+
 Json openenv_reset_data(const rl::Sample& s, uint64_t seed) {
-  Json data = {{"seed", seed & 0x7fffffffu}, {"episode_id", "furlong-" + std::to_string(s.index)}};
+  Json data = {{"seed", seed & 0x7fffffffu}, {"episode_id", openenv_episode_id(s)}};
   if (auto it = s.metadata.find("env_reset"); it != s.metadata.end() && it->is_object()) {
     for (const auto& [k, v] : it->items()) data[k] = v;
   }
@@ -139,7 +146,8 @@ class OpenEnvHttpSession : public OpenEnvSessionBase {
 
   EnvAnswer start(const rl::Sample& s, uint64_t seed) override {
     const Json data = openenv_reset_data(s, seed);
-    episode_id_ = data["episode_id"].get<std::string>();
+    episode_id_ = data["episode_id"].is_string() ? data["episode_id"].get<std::string>()
+                                                 : openenv_episode_id(s);
     EnvReply reply = client_.post("reset", data);
     if (!reply.ok) return failed(reply, reply.error);
     const Json body = reply.body;
@@ -160,11 +168,64 @@ class OpenEnvHttpSession : public OpenEnvSessionBase {
   std::string episode_id_;
 };
 
+}  // namespace
+
+// The open WebSocket sessions of a factory, whose pings a keepalive thread answers between
+// requests (a session's requests and the keepalive never use its connection at once).
+class WsKeepalive {
+ public:
+  WsKeepalive() : thread_([this] { loop(); }) {}
+  ~WsKeepalive() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void add(std::mutex* in_use, WebSocketClient* ws) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[ws] = in_use;
+  }
+  void remove(WebSocketClient* ws) {  // after this, the keepalive no longer touches `ws`
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.erase(ws);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::seconds(2), [&] { return stop_; })) {
+      for (auto& [ws, in_use] : sessions_) {
+        std::unique_lock<std::mutex> busy(*in_use, std::try_to_lock);
+        if (busy.owns_lock() && ws->connected()) ws->answer_pings();
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::map<WebSocketClient*, std::mutex*> sessions_;
+  std::thread thread_;
+};
+
+namespace {
+
 class OpenEnvWsSession : public OpenEnvSessionBase {
  public:
-  OpenEnvWsSession(const AgentOptions& a, std::string host, int port, std::string path)
-      : OpenEnvSessionBase(a), host_(std::move(host)), port_(port), path_(std::move(path)) {}
-  ~OpenEnvWsSession() override { close(); }
+  OpenEnvWsSession(const AgentOptions& a, std::string host, int port, std::string path,
+                   WsKeepalive& keepalive)
+      : OpenEnvSessionBase(a),
+        host_(std::move(host)),
+        port_(port),
+        path_(std::move(path)),
+        keepalive_(keepalive) {
+    keepalive_.add(&in_use_, &ws_);
+  }
+  ~OpenEnvWsSession() override {
+    keepalive_.remove(&ws_);
+    close();
+  }
 
   EnvAnswer start(const rl::Sample& s, uint64_t seed) override {
     const std::string message = Json{{"type", "reset"}, {"data", openenv_reset_data(s, seed)}}.dump(
@@ -172,15 +233,21 @@ class OpenEnvWsSession : public OpenEnvSessionBase {
     const int attempts = 1 + static_cast<int>(options_.agent_env_max_retries);
     EnvAnswer last;
     for (int k = 1; k <= attempts; ++k) {
-      if (k > 1) std::this_thread::sleep_for(std::chrono::duration<double>(0.2 * (1 << (k - 2))));
+      if (k > 1) {  // EnvClient's backoff: 0.2 s doubling, at most 4 s
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(std::min(4.0, 0.2 * std::pow(2.0, k - 2))));
+      }
+      std::lock_guard<std::mutex> lock(in_use_);
+      const auto t0 = std::chrono::steady_clock::now();
       WsResult r = ws_.connect(host_, port_, path_, options_.agent_env_timeout);
-      if (r.ok) r = exchange(message);
+      if (r.ok) r = exchange(message, t0);  // one bound for the whole attempt
       if (r.ok) {
         last = answer_of(r, "reset");
         last.reply.attempts = k;
         return last;  // an env that answered is not asked again, whatever it said
       }
       last = failed(reply_of(r, k), where() + ": " + r.error);
+      if (r.too_large) return last;  // the same reset gets the same answer
       if (k < attempts) LOG_WARN(last.error, "; retrying");
     }
     last.error += " (after " + std::to_string(attempts) + " attempt(s))";
@@ -190,13 +257,15 @@ class OpenEnvWsSession : public OpenEnvSessionBase {
   EnvAnswer step(int64_t, const Json&, const std::string& text) override {
     const std::string message = Json{{"type", "step"}, {"data", action(text)}}.dump(
         -1, ' ', false, Json::error_handler_t::replace);
-    WsResult r = exchange(message);
+    std::lock_guard<std::mutex> lock(in_use_);
+    WsResult r = exchange(message, std::chrono::steady_clock::now());
     if (!r.ok) return failed(reply_of(r, 1), where() + ": " + r.error);
     return answer_of(r, "step");
   }
 
  protected:
   void close() override {
+    std::lock_guard<std::mutex> lock(in_use_);
     if (!ws_.connected()) return;
     ws_.send_text(R"({"type":"close"})", 1.0);  // the server closes without an answer
     ws_.close();
@@ -206,15 +275,15 @@ class OpenEnvWsSession : public OpenEnvSessionBase {
   std::string where() const {
     return "agent env ws://" + host_ + ":" + std::to_string(port_) + path_;
   }
-  // One request and its answer, within --agent-env-timeout as a whole.
-  WsResult exchange(const std::string& message) {
-    const auto t0 = std::chrono::steady_clock::now();
-    WsResult r = ws_.send_text(message, options_.agent_env_timeout);
-    if (!r.ok) return r;
+  double seconds_left(std::chrono::steady_clock::time_point t0) const {
     const double used =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r = ws_.receive_text(std::max(1e-3, options_.agent_env_timeout - used),
-                         options_.agent_env_max_response_bytes);
+    return std::max(1e-3, options_.agent_env_timeout - used);
+  }
+  // One request and its answer, within --agent-env-timeout of `t0` as a whole.
+  WsResult exchange(const std::string& message, std::chrono::steady_clock::time_point t0) {
+    WsResult r = ws_.send_text(message, seconds_left(t0));
+    if (r.ok) r = ws_.receive_text(seconds_left(t0), options_.agent_env_max_response_bytes);
     if (r.timed_out) r.error = "no answer within --agent-env-timeout";
     if (r.too_large) r.error += " (--agent-env-max-response-bytes)";
     return r;
@@ -256,6 +325,8 @@ class OpenEnvWsSession : public OpenEnvSessionBase {
   std::string host_;
   int port_ = 0;
   std::string path_;
+  WsKeepalive& keepalive_;
+  std::mutex in_use_;  // held by a request (and by the keepalive while it answers pings)
   WebSocketClient ws_;
 };
 
@@ -348,6 +419,7 @@ EnvSessionFactory::EnvSessionFactory(const AgentOptions& a) : options_(a) {
     EnvClient check(client_options(a, as_http));  // the URL's form, with its error texts
     split_url(as_http, ws_host_, ws_port_, ws_path_);
     ws_path_ += "/ws";
+    keepalive_ = std::make_unique<WsKeepalive>();
   } else {
     http_ = std::make_unique<EnvClient>(client_options(a, url));
   }
@@ -357,7 +429,7 @@ EnvSessionFactory::~EnvSessionFactory() = default;
 
 std::unique_ptr<EnvSession> EnvSessionFactory::open() const {
   if (options_.agent_env_protocol == "openenv") {
-    return std::make_unique<OpenEnvWsSession>(options_, ws_host_, ws_port_, ws_path_);
+    return std::make_unique<OpenEnvWsSession>(options_, ws_host_, ws_port_, ws_path_, *keepalive_);
   }
   if (options_.agent_env_protocol == "openenv-http") {
     return std::make_unique<OpenEnvHttpSession>(options_, *http_);

@@ -13,7 +13,9 @@
 // action {<--agent-env-action-key>: the turn's text}; a step's observation becomes one user
 // message, its field --agent-env-observation-key (a string) or, without that flag, the whole
 // observation object as compact JSON. The episode's reward is the sum of the steps' non-null
-// rewards (none when every one is null), the return of the episode. A turn cut at its token
+// rewards (none when every one is null), the return of the episode. Between requests a
+// keepalive thread answers the server's pings (uvicorn drops a silent client after 40 s). A
+// turn cut at its token
 // limit is still sent as a step, then the episode ends (truncated). Steps are not retried (an
 // OpenEnv step is not idempotent); a reset is, on a fresh connection.
 #pragma once
@@ -39,6 +41,8 @@ struct EnvAnswer {
                    // finish: step.reward only
   bool ok() const { return error.empty(); }
 };
+
+class WsKeepalive;
 
 class EnvSession {
  public:
@@ -72,6 +76,7 @@ class EnvSessionFactory {
   std::unique_ptr<EnvClient> http_;  // furlong and openenv-http
   std::string ws_host_, ws_path_;    // openenv
   int ws_port_ = 0;
+  std::unique_ptr<WsKeepalive> keepalive_;  // openenv: answers the open sessions' pings
 };
 
 // An OpenEnv observation object as the user message furlong appends (see above), or an error

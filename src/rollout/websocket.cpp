@@ -40,9 +40,10 @@ Clock::time_point deadline_after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// Milliseconds left until `deadline` (0 once it passed), for poll().
+// Milliseconds left until `deadline` (0 once it passed), for poll(); rounded up, so a poll
+// that times out has reached the deadline.
 int millis_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left.count(), 1 << 30)));
 }
 
@@ -143,24 +144,16 @@ std::string client_frame(uint8_t opcode, const std::string& payload) {
   return frame;
 }
 
-int open_socket(const std::string& host, int port, Clock::time_point deadline, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
-    error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+// A non-blocking connect to one address, finished (or not) before `deadline`.
+int connect_one(const addrinfo* a, Clock::time_point deadline, std::string& error) {
+  int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+  if (fd < 0) {
+    error = std::string("socket failed: ") + std::strerror(errno);
     return -1;
   }
-  int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK, found->ai_protocol);
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
+  if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
     error = std::string("connect failed: ") + std::strerror(errno);
     ::close(fd);
-    fd = -1;
-  }
-  ::freeaddrinfo(found);
-  if (fd < 0) {
-    if (error.empty()) error = std::string("socket failed: ") + std::strerror(errno);
     return -1;
   }
   pollfd p{fd, POLLOUT, 0};
@@ -175,6 +168,27 @@ int open_socket(const std::string& host, int port, Clock::time_point deadline, s
     ::close(fd);
     return -1;
   }
+  return fd;
+}
+
+// Tries each address of host:port in turn (localhost may be ::1 first, the server on
+// 127.0.0.1), all before `deadline`.
+int open_socket(const std::string& host, int port, Clock::time_point deadline, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (const addrinfo* a = found; a != nullptr && fd < 0 && Clock::now() < deadline;
+       a = a->ai_next) {
+    fd = connect_one(a, deadline, error);
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0 && error.empty()) error = "connect timed out";
   return fd;
 }
 
@@ -251,55 +265,116 @@ WsResult WebSocketClient::send_text(const std::string& text, double timeout_s) {
   return r;
 }
 
+// One frame at the head of `buffer`: kIncomplete until all its bytes are there, kBad with
+// `error` for a frame no server may send (masked, reserved bits, a 64-bit length with the top
+// bit set, a control frame over 125 bytes or fragmented) or one over `max_payload`.
+WebSocketClient::FrameParse WebSocketClient::parse_frame(const std::string& buffer,
+                                                         uint64_t max_payload, Frame& frame,
+                                                         std::string& error) {
+  if (buffer.size() < 2) return FrameParse::kIncomplete;
+  const auto b0 = static_cast<uint8_t>(buffer[0]), b1 = static_cast<uint8_t>(buffer[1]);
+  frame.fin = (b0 & 0x80) != 0;
+  frame.opcode = b0 & 0x0f;
+  if (b0 & 0x70) error = "a frame with reserved bits set";
+  if (b1 & 0x80) error = "the server sent a masked frame";
+  uint64_t length = b1 & 0x7f;
+  const size_t extra = length == 126 ? 2 : length == 127 ? 8 : 0;
+  if (error.empty() && buffer.size() < 2 + extra) return FrameParse::kIncomplete;
+  if (error.empty() && extra) {
+    length = 0;
+    for (size_t i = 0; i < extra; ++i) length = (length << 8) | static_cast<uint8_t>(buffer[2 + i]);
+    if (length >> 63) error = "a frame length with its top bit set";
+  }
+  const bool control = frame.opcode >= 0x8;
+  if (error.empty() && control && (length > 125 || !frame.fin)) error = "a malformed control frame";
+  if (!error.empty()) return FrameParse::kBad;
+  if (length > max_payload) {
+    error = "too large";
+    return FrameParse::kTooLarge;
+  }
+  const size_t header = 2 + extra;
+  if (buffer.size() - header < length) return FrameParse::kIncomplete;
+  frame.payload = buffer.substr(header, length);
+  frame.size = header + length;
+  return FrameParse::kComplete;
+}
+
 WsResult WebSocketClient::receive_text(double timeout_s, int64_t max_bytes) {
   if (fd_ < 0) return ws_error("not connected");
   const auto deadline = deadline_after(timeout_s);
   std::string message;
+  bool in_message = false;  // a fragmented message has begun
   auto fail = [&](WsResult r) {
     close();
     return r;
   };
+  const auto cap = static_cast<uint64_t>(std::max<int64_t>(max_bytes, 0));
   for (;;) {
-    // Header: 2 bytes, then the extended length.
-    while (pending_.size() < 2) {
+    Frame frame;
+    std::string error;
+    // A control frame may come between fragments; data frames count against the bound.
+    const uint64_t room = std::max<uint64_t>(125, cap - std::min<uint64_t>(cap, message.size()));
+    FrameParse parsed = parse_frame(pending_, room, frame, error);
+    while (parsed == FrameParse::kIncomplete) {
       if (auto r = read_some(fd_, pending_, deadline); !r.ok) return fail(r);
+      parsed = parse_frame(pending_, room, frame, error);
     }
-    const auto b0 = static_cast<uint8_t>(pending_[0]), b1 = static_cast<uint8_t>(pending_[1]);
-    if (b1 & 0x80) return fail(ws_error("the server sent a masked frame"));
-    size_t header = 2;
-    uint64_t length = b1 & 0x7f;
-    const size_t extra = length == 126 ? 2 : length == 127 ? 8 : 0;
-    while (pending_.size() < header + extra) {
-      if (auto r = read_some(fd_, pending_, deadline); !r.ok) return fail(r);
-    }
-    if (extra) {
-      length = 0;
-      for (size_t i = 0; i < extra; ++i)
-        length = (length << 8) | static_cast<uint8_t>(pending_[2 + i]);
-      header += extra;
-    }
-    if (length + message.size() > static_cast<uint64_t>(max_bytes)) {
+    if (parsed == FrameParse::kBad) return fail(ws_error(error));
+    const bool data = frame.opcode < 0x8;
+    if (parsed == FrameParse::kTooLarge ||
+        (data && frame.payload.size() > cap - std::min<uint64_t>(cap, message.size()))) {
       return fail(ws_error("a message over " + std::to_string(max_bytes) + " bytes", false, true));
     }
-    while (pending_.size() < header + length) {
-      if (auto r = read_some(fd_, pending_, deadline); !r.ok) return fail(r);
-    }
-    const std::string payload = pending_.substr(header, length);
-    pending_.erase(0, header + length);
-    const uint8_t opcode = b0 & 0x0f;
-    if (opcode == 0x8) return fail(ws_error("the server closed the session"));
-    if (opcode == 0x9) {  // ping: answer, keep waiting
-      if (auto r = write_all(fd_, client_frame(0xA, payload), deadline); !r.ok) return fail(r);
+    pending_.erase(0, frame.size);
+    if (frame.opcode == 0x8) return fail(ws_error("the server closed the session"));
+    if (frame.opcode == 0x9) {  // ping: answer, keep waiting
+      if (auto r = write_all(fd_, client_frame(0xA, frame.payload), deadline); !r.ok)
+        return fail(r);
       continue;
     }
-    if (opcode == 0xA) continue;  // an unsolicited pong
-    if (opcode == 0x2) return fail(ws_error("the server sent a binary message, not JSON text"));
-    if (opcode != 0x1 && opcode != 0x0) {
-      return fail(ws_error("unknown frame opcode " + std::to_string(opcode)));
+    if (frame.opcode == 0xA) continue;  // an unsolicited pong
+    if (frame.opcode == 0x2)
+      return fail(ws_error("the server sent a binary message, not JSON text"));
+    if (frame.opcode != 0x1 && frame.opcode != 0x0) {
+      return fail(ws_error("unknown frame opcode " + std::to_string(frame.opcode)));
     }
-    message += payload;
-    if (b0 & 0x80) return ws_ok(std::move(message));
+    if ((frame.opcode == 0x0) != in_message) {
+      return fail(ws_error(in_message ? "a new message inside a fragmented one"
+                                      : "a continuation frame outside a message"));
+    }
+    message += frame.payload;
+    in_message = !frame.fin;
+    if (frame.fin) return ws_ok(std::move(message));
   }
+}
+
+WsResult WebSocketClient::answer_pings() {
+  if (fd_ < 0) return ws_error("not connected");
+  for (;;) {  // what has arrived, without waiting
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    if (auto r = read_some(fd_, pending_, Clock::now()); !r.ok) {
+      close();
+      return r;
+    }
+  }
+  for (;;) {
+    Frame frame;
+    std::string error;
+    if (parse_frame(pending_, 125, frame, error) != FrameParse::kComplete) break;
+    if (frame.opcode == 0x9) {
+      pending_.erase(0, frame.size);
+      if (auto r = write_all(fd_, client_frame(0xA, frame.payload), deadline_after(1.0)); !r.ok) {
+        close();
+        return r;
+      }
+    } else if (frame.opcode == 0xA) {
+      pending_.erase(0, frame.size);
+    } else {
+      break;  // a data or close frame: the next receive_text reads it
+    }
+  }
+  return ws_ok();
 }
 
 void WebSocketClient::close() {

@@ -36,11 +36,25 @@ class WebSocketClient {
   WsResult send_text(const std::string& text, double timeout_s);
   // Receives one whole text message (fragments joined) within `timeout_s`, at most `max_bytes`.
   WsResult receive_text(double timeout_s, int64_t max_bytes);
+  // Between requests: answers the pings that have arrived (servers drop a client that does not
+  // answer them: uvicorn after 20 s + 20 s), without waiting for anything. A data frame is
+  // left for the next receive_text.
+  WsResult answer_pings();
   // Sends a close frame (best effort, short bound) and closes the socket. Idempotent.
   void close();
   bool connected() const { return fd_ >= 0; }
 
  private:
+  enum class FrameParse { kIncomplete, kComplete, kBad, kTooLarge };
+  struct Frame {
+    bool fin = false;
+    uint8_t opcode = 0;
+    std::string payload;
+    size_t size = 0;  // header + payload bytes
+  };
+  static FrameParse parse_frame(const std::string& buffer, uint64_t max_payload, Frame& frame,
+                                std::string& error);
+
   int fd_ = -1;
   std::string pending_;  // bytes read past the handshake's end
 };

@@ -3,8 +3,9 @@
 // against Python's hashlib), the result mapping (summed rewards, observation text, errors that
 // name the field), and whole sessions against the example env (examples/openenv/sum_env.py)
 // over both forms: the opening observation, a wrong then a right answer, the group's seed giving
-// the group's task, and each fault (a closed connection, an error message, an answer that never
-// comes, a full server, a dead port) ending the session with an error that says what happened.
+// the group's task, pings answered while a session is idle, and each fault (a closed connection,
+// an error message, an answer that never comes, an oversized answer, a frame with an impossible
+// length, a full server, a dead port) ending the session with an error that says what happened.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -133,8 +134,9 @@ TEST(OpenEnvSessions, AnHttpEpisodeAgainstTheExampleEnv) {
   play_an_episode("openenv-http");
 }
 
-// Opens a session against the env started with `fault`, resets and steps once; the step's answer.
-EnvAnswer step_with_fault(const std::string& fault, double timeout_s) {
+// Opens a session against the env started with `fault`, resets and steps once; the step's answer
+// (and in `seconds` how long the step took).
+EnvAnswer step_with_fault(const std::string& fault, double timeout_s, double* seconds = nullptr) {
   ScriptServer env(testing::source_dir() / "examples/openenv/sum_env.py", {"--fault", fault},
                    testing::scratch_dir());
   EXPECT_GT(env.port(), 0);
@@ -142,7 +144,11 @@ EnvAnswer step_with_fault(const std::string& fault, double timeout_s) {
   auto session = factory.open();
   auto start = session->start(sample(0), 1);
   EXPECT_TRUE(start.ok()) << start.error;
-  return session->step(0, Json::object(), "3");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto answer = session->step(0, Json::object(), "3");
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return answer;
 }
 
 TEST(OpenEnvSessions, FaultsEndTheSessionWithAnErrorThatSaysWhatHappened) {
@@ -154,14 +160,35 @@ TEST(OpenEnvSessions, FaultsEndTheSessionWithAnErrorThatSaysWhatHappened) {
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(refused.error.find("the env answered an error"), std::string::npos) << refused.error;
   EXPECT_NE(refused.error.find("EXECUTION_ERROR"), std::string::npos) << refused.error;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto hung = step_with_fault("hang-on-step", 1.0);
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double waited = 0;
+  auto hung = step_with_fault("hang-on-step", 1.0, &waited);
   EXPECT_FALSE(hung.ok());
   EXPECT_TRUE(hung.reply.timed_out) << hung.error;
   EXPECT_NE(hung.error.find("--agent-env-timeout"), std::string::npos) << hung.error;
-  EXPECT_LT(waited, 8.0);  // the env's start and kill, plus the 1 s bound
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 3.0);  // the 1 s bound, and some slack for a loaded machine
+  auto oversized = step_with_fault("oversized-on-step", 10);  // over the 8 MiB default bound
+  EXPECT_TRUE(oversized.reply.too_large) << oversized.error;
+  EXPECT_NE(oversized.error.find("--agent-env-max-response-bytes"), std::string::npos)
+      << oversized.error;
+  auto bad = step_with_fault("bad-length-on-step", 10, &waited);
+  EXPECT_NE(bad.error.find("a frame length with its top bit set"), std::string::npos) << bad.error;
+  EXPECT_LT(waited, 3.0);  // refused at its header, not read until the deadline
+}
+
+// A server that drops sessions leaving a ping unanswered (uvicorn's rule, here every 3 s): a
+// session idle for 7.5 s (a long turn) is still open, because the keepalive answers.
+TEST(OpenEnvSessions, AnIdleSessionAnswersPingsAndStaysOpen) {
+  ScriptServer env(testing::source_dir() / "examples/openenv/sum_env.py", {"--ping-interval", "3"},
+                   testing::scratch_dir());
+  ASSERT_GT(env.port(), 0);
+  EnvSessionFactory factory(openenv_options("openenv", env.url()));
+  auto session = factory.open();
+  auto start = session->start(sample(0), 1);
+  ASSERT_TRUE(start.ok()) << start.error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(7500));
+  auto step = session->step(0, Json::object(), "0");
+  EXPECT_TRUE(step.ok()) << step.error;
 }
 
 TEST(OpenEnvSessions, AFullServerAndADeadPortFailTheStart) {
