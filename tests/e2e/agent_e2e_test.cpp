@@ -57,6 +57,20 @@ double value(const Json& row, const std::string& key) {
   return row.contains(key) && row[key].is_number() ? row[key].get<double>() : NAN;
 }
 
+// The one-sided two-proportion z statistic of "the last k rollouts' raw reward beats the first
+// k's", each rollout 64 episodes.
+double first_last_z(const std::vector<Json>& rows, int k) {
+  double first = 0, last = 0;
+  for (int i = 0; i < k; ++i) {
+    first += value(rows[static_cast<size_t>(i)], "rollout/raw_reward");
+    last += value(rows[rows.size() - 1 - static_cast<size_t>(i)], "rollout/raw_reward");
+  }
+  const double n = k * 64.0, p1 = first / k, p2 = last / k, p = (p1 + p2) / 2;
+  const double z = (p2 - p1) / std::sqrt(std::max(p * (1 - p) * 2 / n, 1e-12));
+  EXPECT_GT(z, 5.0) << "first/last rewards " << p1 << " / " << p2;
+  return z;
+}
+
 TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
   const auto dir = scratch_dir();
   // The tiny Qwen3 of the other e2e tests, ending turns on <|im_end|> (id 19); the model
@@ -101,15 +115,7 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
   auto rows = read_rows(dir / "metrics.jsonl");
   ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout)) << r.output;
 
-  const int k = 4;
-  double first = 0, last = 0;
-  for (int i = 0; i < k; ++i) {
-    first += value(rows[static_cast<size_t>(i)], "rollout/raw_reward");
-    last += value(rows[rows.size() - 1 - static_cast<size_t>(i)], "rollout/raw_reward");
-  }
-  const double n = k * 64.0, p1 = first / k, p2 = last / k, p = (p1 + p2) / 2;
-  const double z = (p2 - p1) / std::sqrt(std::max(p * (1 - p) * 2 / n, 1e-12));
-  EXPECT_GT(z, 5.0) << "first/last rewards " << p1 << " / " << p2;
+  first_last_z(rows, 4);
   for (const auto& row : rows) {
     // Each episode is graded by the env (--call-reward makes every ending carry a reward), and
     // nothing failed.
@@ -170,17 +176,10 @@ std::vector<Json> run_openenv_grpo(const fs::path& dir, const std::string& proto
 // calculator test above, first and last 4 rollouts of 64 episodes); every episode is graded by
 // the env, and none failed.
 TEST(AgentEndToEnd, GrpoOverOpenEnvWebSocketSessionsLearnsTheEnvsTask) {
-  const int num_rollout = 16, k = 4;
+  const int num_rollout = 16;
   auto rows = run_openenv_grpo(scratch_dir(), "openenv", {}, num_rollout);
   ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout));
-  double first = 0, last = 0;
-  for (int i = 0; i < k; ++i) {
-    first += value(rows[static_cast<size_t>(i)], "rollout/raw_reward");
-    last += value(rows[rows.size() - 1 - static_cast<size_t>(i)], "rollout/raw_reward");
-  }
-  const double n = k * 64.0, p1 = first / k, p2 = last / k, p = (p1 + p2) / 2;
-  const double z = (p2 - p1) / std::sqrt(std::max(p * (1 - p) * 2 / n, 1e-12));
-  EXPECT_GT(z, 5.0) << "first/last rewards " << p1 << " / " << p2;
+  first_last_z(rows, 4);
   for (const auto& row : rows) {
     EXPECT_EQ(value(row, "rollout/agent/missing_reward"), 0.0);
     EXPECT_EQ(value(row, "rollout/agent/env_errors"), 0.0);

@@ -86,6 +86,23 @@ OrderedJson prompt_messages(const Script& s) {
   return OrderedJson::array({{{"role", "user"}, {"content", s.question}}});
 }
 
+// A scripted turn: `text`'s tokens + <|im_end|> (cut to `max_new_tokens`, then finished by
+// length), with log-probs -(1 + turn) / 100 - position / 1000, so misplaced ones show.
+engine::GenerateOutput scripted_turn(const std::string& text, int turn, int64_t max_new_tokens) {
+  engine::GenerateOutput out;
+  out.output_ids = qwen().encode(text);
+  out.output_ids.push_back(im_end());
+  out.finish_reason = engine::FinishReason::kStop;
+  if (static_cast<int64_t>(out.output_ids.size()) > max_new_tokens) {
+    out.output_ids.resize(static_cast<size_t>(max_new_tokens));
+    out.finish_reason = engine::FinishReason::kLength;
+  }
+  for (size_t p = 0; p < out.output_ids.size(); ++p)
+    out.output_logprobs.push_back(-(1.0f + static_cast<float>(turn)) / 100.0f -
+                                  static_cast<float>(p) / 1000.0f);
+  return out;
+}
+
 // Engines that answer every request from the scripts, on their own thread (as real engines
 // call back from theirs); a request's prompt tells which script, the count so far which turn.
 // Log-probs are -(1 + turn) / 100 - position / 1000, so misplaced ones show.
@@ -113,17 +130,8 @@ class ScriptedEngines : public RolloutEngines {
     const int turn = turns_[which]++;
     inputs[which].push_back(request.input_ids);
     seeds[which].push_back(request.sampling.seed.value_or(0));
-    engine::GenerateOutput out;
-    out.output_ids = qwen().encode(scripts()[which].turns.at(static_cast<size_t>(turn)));
-    out.output_ids.push_back(im_end());
-    out.finish_reason = engine::FinishReason::kStop;
-    if (static_cast<int64_t>(out.output_ids.size()) > request.sampling.max_new_tokens) {
-      out.output_ids.resize(static_cast<size_t>(request.sampling.max_new_tokens));
-      out.finish_reason = engine::FinishReason::kLength;
-    }
-    for (size_t p = 0; p < out.output_ids.size(); ++p)
-      out.output_logprobs.push_back(-(1.0f + static_cast<float>(turn)) / 100.0f -
-                                    static_cast<float>(p) / 1000.0f);
+    auto out = scripted_turn(scripts()[which].turns.at(static_cast<size_t>(turn)), turn,
+                             request.sampling.max_new_tokens);
     threads_.emplace_back(
         [done = std::move(done), out = std::move(out)]() mutable { done(std::move(out)); });
   }
@@ -515,8 +523,7 @@ namespace furlong::rollout {
 namespace {
 
 // Engines for an OpenEnv episode against examples/openenv/sum_env.py: turn 0 answers wrong
-// ("It is 0."), turn 1 the sum of the last "What is a + b?" in its input. Log-probs as
-// ScriptedEngines'.
+// ("It is 0."), turn 1 the sum of the last "What is a + b?" in its input (scripted_turn).
 class SumAnsweringEngines : public RolloutEngines {
  public:
   ~SumAnsweringEngines() override {
@@ -537,13 +544,7 @@ class SumAnsweringEngines : public RolloutEngines {
     const std::string input = qwen().decode(request.input_ids);
     texts.push_back(turn_text(turn, input));
     inputs.push_back(request.input_ids);
-    engine::GenerateOutput out;
-    out.output_ids = qwen().encode(texts.back());
-    out.output_ids.push_back(im_end());
-    out.finish_reason = engine::FinishReason::kStop;
-    for (size_t p = 0; p < out.output_ids.size(); ++p)
-      out.output_logprobs.push_back(-(1.0f + static_cast<float>(turn)) / 100.0f -
-                                    static_cast<float>(p) / 1000.0f);
+    auto out = scripted_turn(texts.back(), turn, request.sampling.max_new_tokens);
     threads_.emplace_back(
         [done = std::move(done), out = std::move(out)]() mutable { done(std::move(out)); });
   }
