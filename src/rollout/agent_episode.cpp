@@ -92,8 +92,8 @@ struct AgentEpisodeRunner::Run {
   std::deque<size_t> finished;     // groups whose episodes all ended, in completion order
   std::vector<char> group_done;
   int64_t active = 0;  // episodes not yet ended
-  // Episodes not started yet because the env's sessions are bounded (sessions_bounded): each
-  // episode that ends starts the next.
+  // Episodes not started yet because OpenEnv WebSocket sessions are bounded
+  // (--agent-env-concurrency, generate_groups): each episode that ends starts the next.
   std::deque<Episode*> waiting;
   bool stopping = false;
   std::string error;  // the first internal error (raised on the driver thread)
