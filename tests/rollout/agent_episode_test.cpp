@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "agent_fixtures.h"
 #include "common/test_util.h"
 #include "core/files.h"
 #include "rollout/rollout_engines.h"
@@ -32,31 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ScriptedServer;
-
-const tokenizer::Tokenizer& qwen() {
-  static const auto tok = tokenizer::Tokenizer::from_directory(testing::tokenizer_dir("qwen3"));
-  return tok;
-}
-const tokenizer::ChatFormatter& qwen_chat() {
-  static const tokenizer::ChatFormatter chat(testing::tokenizer_dir("qwen3"));
-  return chat;
-}
-int64_t im_end() {
-  return *qwen().token_to_id("<|im_end|>");
-}
-
-const OrderedJson& tools() {
-  static const OrderedJson t = OrderedJson::parse(R"([{"type": "function", "function": {
-      "name": "calculator", "description": "Evaluates an arithmetic expression",
-      "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                     "required": ["expression"]}}}])");
-  return t;
-}
-
-std::string call_text(const std::string& expression) {
-  return "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
-         "\"}}\n</tool_call>";
-}
+using namespace agent_fixtures;  // NOLINT(google-build-using-namespace): the shared fixtures
 
 // What the scripted model says, turn by turn, for one prompt.
 struct Script {
@@ -84,23 +61,6 @@ const std::vector<Script>& scripts() {
 
 OrderedJson prompt_messages(const Script& s) {
   return OrderedJson::array({{{"role", "user"}, {"content", s.question}}});
-}
-
-// A scripted turn: `text`'s tokens + <|im_end|> (cut to `max_new_tokens`, then finished by
-// length), with log-probs -(1 + turn) / 100 - position / 1000, so misplaced ones show.
-engine::GenerateOutput scripted_turn(const std::string& text, int turn, int64_t max_new_tokens) {
-  engine::GenerateOutput out;
-  out.output_ids = qwen().encode(text);
-  out.output_ids.push_back(im_end());
-  out.finish_reason = engine::FinishReason::kStop;
-  if (static_cast<int64_t>(out.output_ids.size()) > max_new_tokens) {
-    out.output_ids.resize(static_cast<size_t>(max_new_tokens));
-    out.finish_reason = engine::FinishReason::kLength;
-  }
-  for (size_t p = 0; p < out.output_ids.size(); ++p)
-    out.output_logprobs.push_back(-(1.0f + static_cast<float>(turn)) / 100.0f -
-                                  static_cast<float>(p) / 1000.0f);
-  return out;
 }
 
 // Engines that answer every request from the scripts, on their own thread (as real engines
@@ -522,43 +482,18 @@ TEST(AgentOptions, BadValuesNameTheirFlag) {
 namespace furlong::rollout {
 namespace {
 
-// Engines for an OpenEnv episode against examples/openenv/sum_env.py: turn 0 answers wrong
-// ("It is 0."), turn 1 the sum of the last "What is a + b?" in its input (scripted_turn).
-class SumAnsweringEngines : public RolloutEngines {
- public:
-  ~SumAnsweringEngines() override {
-    for (auto& t : threads_) t.join();
-  }
-  static std::string turn_text(int turn, const std::string& input) {
-    if (turn == 0) return "It is 0.";
-    static const std::regex question(R"(What is (\d+) \+ (\d+)\?)");
-    std::string sum = "?";
-    for (auto it = std::sregex_iterator(input.begin(), input.end(), question);
-         it != std::sregex_iterator(); ++it)
-      sum = std::to_string(std::stoi((*it)[1]) + std::stoi((*it)[2]));
-    return "<think>\nAdding.\n</think>\n\nIt is " + sum + ".";
-  }
-  void submit(engine::GenerateRequest request, Done done) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int turn = static_cast<int>(inputs.size());
-    const std::string input = qwen().decode(request.input_ids);
-    texts.push_back(turn_text(turn, input));
-    inputs.push_back(request.input_ids);
-    auto out = scripted_turn(texts.back(), turn, request.sampling.max_new_tokens);
-    threads_.emplace_back(
-        [done = std::move(done), out = std::move(out)]() mutable { done(std::move(out)); });
-  }
-  void abort_all() override {}
-  int64_t sync_weights(const WeightSource&, int64_t, bool) override { return 0; }
-  std::string describe() const override { return "sum-answering"; }
-
-  std::vector<std::vector<int64_t>> inputs;
-  std::vector<std::string> texts;
-
- private:
-  std::mutex mu_;
-  std::vector<std::thread> threads_;
-};
+// The turns of an OpenEnv episode against examples/openenv/sum_env.py: turn 0 answers wrong ("It is
+// 0."), turn 1 the sum of the last "What is a + b?" in its input.
+std::string sum_answer(const std::vector<int64_t>& input, int turn) {
+  if (turn == 0) return "It is 0.";
+  static const std::regex question(R"(What is (\d+) \+ (\d+)\?)");
+  const std::string text = qwen().decode(input);
+  std::string sum = "?";
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), question);
+       it != std::sregex_iterator(); ++it)
+    sum = std::to_string(std::stoi((*it)[1]) + std::stoi((*it)[2]));
+  return "<think>\nAdding.\n</think>\n\nIt is " + sum + ".";
+}
 
 // An OpenEnv episode over a WebSocket session: the reset observation joins the prompt as a user
 // message, a wrong answer's observation is appended with mask 0, the right one ends it with the
@@ -577,7 +512,7 @@ TEST(AgentEpisodes, AnOpenEnvEpisodeHoldsTheConversationTransformersRenders) {
   s.status = rl::SampleStatus::kPending;
   s.prompt = Json::parse(prompt.dump());
   s.tokens = qwen().encode(qwen_chat().apply(prompt, true));
-  SumAnsweringEngines engines;
+  TextEngines engines(sum_answer);
   AgentEpisodeRunner runner(o, qwen(), qwen_chat());
   engine::SamplingParams params;
   params.max_new_tokens = 64;
