@@ -19,9 +19,6 @@ void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
   f.add("agent-env-max-response-bytes", &a.agent_env_max_response_bytes,
         "bytes an env answer may have; a longer one ends the episode (no retry), counted as "
         "rollout/agent/oversized_responses");
-  f.add("agent-env-concurrency", &a.agent_env_concurrency,
-        "env requests in flight at once (worker threads); with --agent-env-protocol openenv "
-        "also the WebSocket sessions (server-side environments) open at once");
   f.add("agent-env-protocol", &a.agent_env_protocol,
         "how episodes talk to --agent-env-url: furlong (POST /start, /step, /finish), openenv "
         "(an OpenEnv WebSocket session per episode at <url>/ws) or openenv-http (OpenEnv's POST "
@@ -32,6 +29,23 @@ void add_agent_flags(config::FlagSet& f, rollout::AgentOptions& a) {
   f.add("agent-env-observation-key", &a.agent_env_observation_key,
         "OpenEnv: the observation field (a string) that becomes the user message; unset: the "
         "whole observation as JSON");
+  f.add("agent-harness-url", &a.agent_harness_url,
+        "agent harness (http://host:port[/path]): each sample is a task POSTed to it with an "
+        "OpenAI base_url of its own; the harness drives the turns over /v1/chat/completions and "
+        "answers with the reward");
+  f.add("agent-session-timeout", &a.agent_session_timeout,
+        "seconds a harness session may take, as a whole (the task's POST to its answer)");
+  f.add("agent-session-host", &a.agent_session_host,
+        "the address the harness sessions' OpenAI endpoint listens on (and their base_url names)");
+  f.add("agent-harness-on-divergence", &a.agent_harness_on_divergence,
+        "when a harness's messages do not extend its session's conversation: restart (the "
+        "sample restarts from them; the earlier turns are not trained) or abort (the sample is "
+        "dropped)")
+      .choices = {"restart", "abort"};
+  f.add("agent-env-concurrency", &a.agent_env_concurrency,
+        "env requests in flight at once (worker threads); with --agent-env-protocol openenv "
+        "also the WebSocket sessions (server-side environments) open at once, with "
+        "--agent-harness-url the harness sessions");
 }
 
 }  // namespace furlong::app

@@ -1,5 +1,7 @@
 #include "rollout/agent_episode.h"
 
+#include "rollout/agent_episode_impl.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -18,6 +20,7 @@
 #include "rollout/env_client.h"
 #include "rollout/env_session.h"
 #include "rollout/rollout_engines.h"
+#include "rollout/session_server.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,64 +44,14 @@ OrderedJson prompt_messages(const rl::Sample& s, bool apply_chat_template) {
   return OrderedJson::array({{{"role", "user"}, {"content", s.prompt.get<std::string>()}}});
 }
 
-// The end reasons of episodes an env call failed (the sample is aborted and removed).
-bool is_env_failure(const std::string& reason) {
-  return reason == "env_error" || reason == "env_timeout" || reason == "env_response_too_large";
-}
-
 }  // namespace
 
-// One episode's state; only one thread works on an episode at a time (the turn's engine
-// callback hands it to the pool, which hands it to the driver to submit the next turn).
-struct AgentEpisodeRunner::Episode {
-  rl::Sample* sample = nullptr;
-  size_t group = 0;
-  int64_t engine = 0;
-  std::unique_ptr<EnvSession> session;  // open from a successful start to the episode's end
-  bool session_open = false;
-  OrderedJson history = OrderedJson::array();  // the conversation so far, as messages
-  int64_t turns = 0;
-  int64_t turn_budget = 0;  // max_new_tokens of the turn in flight
-  bool env_done = false;
-  std::optional<double> env_reward;
-  std::string last_text;  // the last turn's text (as graded: --rollout-skip-special-tokens)
-  int64_t tool_calls = 0, malformed = 0, env_errors = 0, timeouts = 0, masked_tokens = 0;
-  int64_t oversized = 0;                                // env answers over the size bound
-  std::string error;                                    // the env failure that ended it, if any
-  std::unique_ptr<data::ObservationRenderer> renderer;  // with this sample's tools
-  bool ended = false;
-
-  // Counts a failed env call (`error` says what failed: the call's or its answer's check) and
-  // returns the end reason it gives the episode.
-  std::string env_failure(const EnvReply& reply, std::string why) {
-    ++env_errors;
-    timeouts += reply.timed_out ? 1 : 0;
-    oversized += reply.too_large ? 1 : 0;
-    error = std::move(why);
-    return reply.timed_out   ? "env_timeout"
-           : reply.too_large ? "env_response_too_large"
-                             : "env_error";
-  }
-};
-
-// The shared state of one generate_groups call.
-struct AgentEpisodeRunner::Run {
-  RolloutEngines* engines = nullptr;
-  engine::SamplingParams params;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Episode*> to_submit;  // next turns, submitted by the driver thread
-  std::vector<int64_t> remaining;  // episodes still running, per group
-  std::deque<size_t> finished;     // groups whose episodes all ended, in completion order
-  std::vector<char> group_done;
-  int64_t active = 0;  // episodes not yet ended
-  // Episodes not started yet because OpenEnv WebSocket sessions are bounded
-  // (--agent-env-concurrency, generate_groups): each episode that ends starts the next.
-  std::deque<Episode*> waiting;
-  bool stopping = false;
-  std::string error;  // the first internal error (raised on the driver thread)
-  std::unique_ptr<WorkerPool> pool;
-};
+bool removes_sample(const std::string& reason) {
+  return reason == "env_error" || reason == "env_timeout" || reason == "env_response_too_large" ||
+         reason == "harness_error" || reason == "harness_timeout" ||
+         reason == "harness_response_too_large" || reason == "no_turns" ||
+         reason == "history_diverged";
+}
 
 AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                                        const tokenizer::Tokenizer& tokenizer)
@@ -108,14 +61,16 @@ AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                   ? std::make_unique<tokenizer::ChatFormatter>(hf, *options.data.chat_template_path)
                   : std::make_unique<tokenizer::ChatFormatter>(hf);
   chat_ = own_chat_.get();
-  envs_ = std::make_unique<EnvSessionFactory>(options.agent);
+  if (options.agent.agent_env_url) envs_ = std::make_unique<EnvSessionFactory>(options.agent);
+  if (options.agent.agent_harness_url) start_harness(options);
 }
 
 AgentEpisodeRunner::AgentEpisodeRunner(const RolloutConfig& options,
                                        const tokenizer::Tokenizer& tokenizer,
                                        const tokenizer::ChatFormatter& chat)
     : options_(options), tokenizer_(tokenizer), chat_(&chat) {
-  envs_ = std::make_unique<EnvSessionFactory>(options.agent);
+  if (options.agent.agent_env_url) envs_ = std::make_unique<EnvSessionFactory>(options.agent);
+  if (options.agent.agent_harness_url) start_harness(options);
 }
 
 AgentEpisodeRunner::~AgentEpisodeRunner() = default;
@@ -132,15 +87,19 @@ void AgentEpisodeRunner::start_episode(Run& run, Episode& ep) {
     end_episode(run, ep, "aborted");
     return;
   }
+  // One seed per group: OpenEnv environments draw their task from it, and a GRPO group must
+  // share its task.
+  const uint64_t seed =
+      mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.group_index));
+  if (harness_) {
+    run_harness_session(run, ep, seed);
+    return;
+  }
   ep.history = prompt_messages(s, options_.data.apply_chat_template);
   OrderedJson extra = chat_template_kwargs(options_.data);
   if (s.metadata.contains("tools")) extra["tools"] = OrderedJson::parse(s.metadata["tools"].dump());
   ep.renderer = std::make_unique<data::ObservationRenderer>(*chat_, extra);
   ep.session = envs_->open();
-  // One seed per group: OpenEnv environments draw their task from it, and a GRPO group must
-  // share its task.
-  const uint64_t seed =
-      mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.group_index));
   EnvAnswer start = ep.session->start(s, seed);
   if (start.ok() && start.step.done) start.error = "the env ended the episode at its start";
   if (!start.ok()) {
@@ -279,7 +238,7 @@ bool AgentEpisodeRunner::continue_after_turn(Run& run, Episode& ep, const std::s
 
 void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& reason) {
   rl::Sample& s = *ep.sample;
-  const bool env_failed = is_env_failure(reason);
+  const bool env_failed = removes_sample(reason);
   if (!ep.env_done && ep.session_open && !env_failed) {
     // furlong ended it: the env may free its state and give a final reward.
     EnvAnswer finish = ep.session->finish(reason);
@@ -308,6 +267,9 @@ void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& r
                  {"timeouts", ep.timeouts},
                  {"oversized", ep.oversized},
                  {"masked_tokens", ep.masked_tokens},
+                 {"harness_errors", ep.harness_errors},
+                 {"divergences", ep.divergences},
+                 {"untrained_turns", ep.untrained_turns},
                  {"end_reason", reason},
                  {"messages", Json::parse(messages)}};
   if (ep.env_reward) {
@@ -316,6 +278,7 @@ void AgentEpisodeRunner::end_episode(Run& run, Episode& ep, const std::string& r
     s.reward = *ep.env_reward;
   }
   if (!ep.error.empty()) record["error"] = valid_utf8(ep.error);
+  if (!ep.harness_metrics.empty()) record["harness_metrics"] = ep.harness_metrics;
   s.metadata["agent"] = std::move(record);
   release(run, ep);
 }
@@ -361,7 +324,8 @@ void AgentEpisodeRunner::guarded(Run& run, Episode& ep, const std::function<void
 
 void AgentEpisodeRunner::submit(Run& run, Episode& ep) {
   const rl::Sample& s = *ep.sample;
-  engine::GenerateRequest request{.input_ids = s.tokens, .sampling = run.params};
+  engine::GenerateRequest request{.input_ids = ep.harness_turn ? ep.harness_input : s.tokens,
+                                  .sampling = run.params};
   request.sampling.max_new_tokens = ep.turn_budget;
   // Per-sample, per-turn seeds: the same episode draws the same random numbers in a rerun,
   // whatever shares the engine's batch (docs/agents.md says what that does and does not fix).
@@ -370,6 +334,12 @@ void AgentEpisodeRunner::submit(Run& run, Episode& ep) {
       mix(mix(static_cast<uint64_t>(options_.data.rollout_seed), static_cast<uint64_t>(s.index)),
           static_cast<uint64_t>(ep.turns)) >>
       1;
+  if (ep.harness_turn) {  // a harness's chat request waits for it (harness_episode.cpp)
+    run.engines->submit_to(
+        ep.engine, std::move(request),
+        [turn = ep.harness_turn](engine::GenerateOutput out) { turn->set_value(std::move(out)); });
+    return;
+  }
   Episode* target = &ep;
   run.engines->submit_to(
       ep.engine, std::move(request), [this, &run, target](engine::GenerateOutput out) {
@@ -464,7 +434,11 @@ void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& g
     lock.unlock();
     if (idle) break;
     for (Episode* ep : submits) {
-      if (stopping) {  // the consumer has enough: no new turns
+      if (stopping && ep->harness_turn) {  // the harness's request is answered as aborted
+        engine::GenerateOutput aborted;
+        aborted.finish_reason = engine::FinishReason::kAbort;
+        ep->harness_turn->set_value(std::move(aborted));
+      } else if (stopping) {  // the consumer has enough: no new turns
         run.pool->post([this, &run, ep] {
           guarded(run, *ep, [&] {
             ep->sample->status = rl::SampleStatus::kAborted;
@@ -525,7 +499,8 @@ std::function<void(std::vector<rl::Sample*>&)> with_env_rewards(
 void add_agent_metrics(const std::vector<rl::Sample>& samples,
                        std::map<std::string, double>& metrics) {
   double episodes = 0, turns = 0, calls = 0, errors = 0, timeouts = 0, malformed = 0, oversized = 0;
-  double missing = 0, masked = 0, response = 0;
+  double missing = 0, masked = 0, response = 0, harness_errors = 0, divergences = 0, untrained = 0;
+  std::map<std::string, std::pair<double, double>> reported;  // harness metric: sum, count
   for (const auto& s : samples) {
     if (!s.metadata.contains("agent")) continue;
     const Json& a = s.metadata["agent"];
@@ -538,7 +513,15 @@ void add_agent_metrics(const std::vector<rl::Sample>& samples,
     malformed += a.value("malformed", 0.0);
     missing += a.value("reward_missing", false) ? 1.0 : 0.0;
     masked += a.value("masked_tokens", 0.0);
+    harness_errors += a.value("harness_errors", 0.0);
+    divergences += a.value("divergences", 0.0);
+    untrained += a.value("untrained_turns", 0.0);
     response += static_cast<double>(s.response_length);
+    const Json harness = a.value("harness_metrics", Json::object());
+    for (const auto& [name, v] : harness.items()) {
+      reported[name].first += v.get<double>();
+      reported[name].second += 1;
+    }
   }
   if (episodes == 0) return;
   metrics["rollout/agent/turns"] = turns / episodes;
@@ -549,11 +532,19 @@ void add_agent_metrics(const std::vector<rl::Sample>& samples,
   metrics["rollout/agent/malformed_tool_calls"] = malformed;
   metrics["rollout/agent/missing_reward"] = missing;
   metrics["rollout/agent/masked_token_share"] = response > 0 ? masked / response : 0.0;
+  metrics["rollout/agent/harness_errors"] = harness_errors;
+  metrics["rollout/agent/history_divergences"] = divergences;
+  metrics["rollout/agent/untrained_turns"] = untrained;
+  for (const auto& [name, sum_count] : reported)
+    metrics["rollout/agent/harness/" + name] = sum_count.first / sum_count.second;
 }
 
 void validate_agent_options(const RolloutConfig& o) {
   const auto& a = o.agent;
-  if (!a.agent_env_url) return;
+  if (!agent_rollouts(a)) return;
+  FURLONG_CHECK(!(a.agent_env_url && a.agent_harness_url),
+                "--agent-env-url and --agent-harness-url cannot be combined: either furlong drives "
+                "the episodes against an env, or a harness drives them over the OpenAI API");
   FURLONG_CHECK(a.agent_max_turns >= 1, "--agent-max-turns must be >= 1, got ", a.agent_max_turns);
   FURLONG_CHECK(a.agent_max_episode_tokens >= 1, "--agent-max-episode-tokens must be >= 1, got ",
                 a.agent_max_episode_tokens);
@@ -567,12 +558,24 @@ void validate_agent_options(const RolloutConfig& o) {
   FURLONG_CHECK(a.agent_env_concurrency >= 1 && a.agent_env_concurrency <= 1024,
                 "--agent-env-concurrency must be in 1..1024, got ", a.agent_env_concurrency);
   FURLONG_CHECK(!o.engine.record_routing,
-                "--agent-env-url with --use-rollout-routing-replay is not supported: the "
+                "agent episodes with --use-rollout-routing-replay are not supported: the "
                 "engines' expert ids cover one generation, an episode has several");
   FURLONG_CHECK(!o.rollout.partial_rollout,
-                "--agent-env-url with --partial-rollout is not supported: an episode cannot be "
+                "agent episodes with --partial-rollout are not supported: an episode cannot be "
                 "resumed in a later rollout (its env state is gone)");
-  EnvSessionFactory check(a);  // the protocol and the URL's form
+  if (a.agent_env_url) {
+    EnvSessionFactory check(a);  // the protocol and the URL's form
+    return;
+  }
+  FURLONG_CHECK(a.agent_session_timeout > 0 && a.agent_session_timeout <= 86400,
+                "--agent-session-timeout must be in (0, 86400] seconds, got ",
+                a.agent_session_timeout);
+  FURLONG_CHECK(
+      a.agent_harness_on_divergence == "restart" || a.agent_harness_on_divergence == "abort",
+      "--agent-harness-on-divergence must be restart or abort, got '",
+      a.agent_harness_on_divergence, "'");
+  FURLONG_CHECK(!a.agent_session_host.empty(), "--agent-session-host must name a host");
+  EnvClient check(harness_client_options(a));  // the URL's form
 }
 
 }  // namespace furlong::rollout

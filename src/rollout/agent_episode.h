@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ namespace furlong::rollout {
 
 class RolloutEngines;
 class EnvSessionFactory;
+class EnvClient;
+class SessionServer;
+struct SessionReply;
 
 class AgentEpisodeRunner {
  public:
@@ -68,12 +72,27 @@ class AgentEpisodeRunner {
   void guarded(Run& run, Episode& ep, const std::function<void()>& step);
   void submit(Run& run, Episode& ep);
   void drive(Run& run, std::vector<std::vector<rl::Sample>>& groups, const GroupConsumer& consume);
+  // Harness sessions (harness_episode.cpp).
+  struct HarnessLink;
+  void start_harness(const RolloutConfig& options);
+  void run_harness_session(Run& run, Episode& ep, uint64_t seed);
+  SessionReply on_chat(const std::string& id, const std::string& auth, const std::string& body);
+  SessionReply harness_turn(Run& run, Episode& ep, HarnessLink& link, const std::string& body);
+  void commit_harness_turn(Episode& ep, HarnessLink& link, const engine::GenerateOutput& out,
+                           bool restart, const std::vector<int64_t>& ids);
 
   const RolloutConfig options_;  // a copy: callers pass temporaries (train::rollout_config)
   const tokenizer::Tokenizer& tokenizer_;
   std::unique_ptr<tokenizer::ChatFormatter> own_chat_;
   const tokenizer::ChatFormatter* chat_ = nullptr;
-  std::unique_ptr<EnvSessionFactory> envs_;
+  std::unique_ptr<EnvSessionFactory> envs_;  // --agent-env-url
+  // --agent-harness-url: the harness's client, the sessions' endpoint, the open sessions.
+  std::unique_ptr<EnvClient> harness_;
+  std::string model_name_;
+  std::mutex links_mu_;
+  std::map<std::string, std::shared_ptr<HarnessLink>> links_;
+  int64_t next_session_ = 0;                 // guarded by links_mu_
+  std::unique_ptr<SessionServer> sessions_;  // last: stopped first, before the links go
 };
 
 // Wraps the configured reward function (`reward`, null when neither --rm-type nor --rm-url is

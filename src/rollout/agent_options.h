@@ -28,6 +28,17 @@ struct AgentOptions {
   std::string agent_env_protocol = "furlong";
   std::string agent_env_action_key = "message";          // OpenEnv: the action's text field
   std::optional<std::string> agent_env_observation_key;  // OpenEnv: the observation's text field
+  // Harness sessions (docs/agents.md "Agent harnesses"): each sample is a task POSTed to this
+  // URL; the harness drives the conversation over the OpenAI API and answers with the reward.
+  std::optional<std::string> agent_harness_url;
+  double agent_session_timeout = 600.0;                 // seconds per session, as a whole
+  std::string agent_session_host = "127.0.0.1";         // where the sessions' endpoint listens
+  std::string agent_harness_on_divergence = "restart";  // restart | abort
 };
+
+// Whether rollout samples are agent episodes (an env or a harness) rather than one generation.
+inline bool agent_rollouts(const AgentOptions& a) {
+  return a.agent_env_url.has_value() || a.agent_harness_url.has_value();
+}
 
 }  // namespace furlong::rollout

@@ -143,8 +143,8 @@ Attempt attempt_once(const std::string& base, const std::string& path, const std
 
 EnvClient::EnvClient(EnvClientOptions options) : options_(std::move(options)) {
   const std::string& url = options_.url;
-  FURLONG_CHECK(url.starts_with("http://") || url.starts_with("https://"), "--agent-env-url '", url,
-                "' must look like http(s)://host[:port][/path]");
+  FURLONG_CHECK(url.starts_with("http://") || url.starts_with("https://"), options_.flag + " '",
+                url, "' must look like http(s)://host[:port][/path]");
   FURLONG_CHECK(options_.timeout_s > 0, "--agent-env-timeout must be > 0, got ",
                 options_.timeout_s);
   FURLONG_CHECK(options_.max_retries >= 0, "--agent-env-max-retries must be >= 0, got ",
@@ -155,7 +155,7 @@ EnvClient::EnvClient(EnvClientOptions options) : options_(std::move(options)) {
   const size_t slash = url.find('/', scheme_end);
   const std::string authority = url.substr(scheme_end, slash - scheme_end);
   const size_t colon = authority.rfind(':');
-  FURLONG_CHECK(!authority.substr(0, colon).empty(), "--agent-env-url '", url, "' names no host");
+  FURLONG_CHECK(!authority.substr(0, colon).empty(), options_.flag + " '", url, "' names no host");
   if (colon != std::string::npos) {
     const std::string port = authority.substr(colon + 1);
     char* end = nullptr;
@@ -171,7 +171,9 @@ EnvClient::EnvClient(EnvClientOptions options) : options_(std::move(options)) {
 EnvReply EnvClient::post(const std::string& endpoint, const Json& payload,
                          std::optional<int> max_retries) const {
   const std::string body = payload.dump(-1, ' ', false, Json::error_handler_t::replace);
-  const std::string path = path_ + "/" + endpoint;
+  // An empty endpoint is the URL itself.
+  const std::string path =
+      endpoint.empty() ? (path_.empty() ? "/" : path_) : path_ + "/" + endpoint;
   EnvReply reply;
   const int attempts = 1 + max_retries.value_or(options_.max_retries);
   for (int k = 1; k <= attempts; ++k) {
@@ -192,7 +194,7 @@ EnvReply EnvClient::post(const std::string& endpoint, const Json& payload,
     }
     reply.timed_out = a.timed_out;
     reply.too_large = a.too_large;
-    reply.error = "agent env " + base_ + path + ": " + a.error;
+    reply.error = options_.name + " " + base_ + path + ": " + a.error;
     if (!a.retryable) return reply;
     if (k < attempts) LOG_WARN(reply.error, "; retrying");
   }

@@ -27,7 +27,9 @@ namespace furlong::rollout {
 inline constexpr double kMaxEnvReward = 1e9;
 
 struct EnvClientOptions {
-  std::string url;  // --agent-env-url: http://host[:port][/path]
+  std::string url;                       // --agent-env-url: http://host[:port][/path]
+  std::string name = "agent env";        // what errors call the server
+  std::string flag = "--agent-env-url";  // the flag URL errors name
   // --agent-env-timeout: per attempt, as a whole (connect, send, the answer's last byte).
   double timeout_s = 30.0;
   int max_retries = 2;         // --agent-env-max-retries: attempts = 1 + max_retries
@@ -59,8 +61,8 @@ class EnvClient {
  public:
   // Checks the URL (a furlong::Error naming --agent-env-url otherwise).
   explicit EnvClient(EnvClientOptions options);
-  // POSTs `payload` to <url>/<endpoint>, with --agent-env-max-retries retries unless
-  // `max_retries` says otherwise.
+  // POSTs `payload` to <url>/<endpoint> (the URL itself when `endpoint` is empty), with
+  // --agent-env-max-retries retries unless `max_retries` says otherwise.
   EnvReply post(const std::string& endpoint, const Json& payload,
                 std::optional<int> max_retries = std::nullopt) const;
   const EnvClientOptions& options() const { return options_; }

@@ -36,13 +36,7 @@ class FurlongSession : public EnvSession {
   explicit FurlongSession(const EnvClient& client) : client_(client) {}
 
   EnvAnswer start(const rl::Sample& s, uint64_t) override {
-    Json label = s.label.empty() ? Json(nullptr) : Json(s.label);
-    const Json payload = {{"sample",
-                           {{"index", s.index},
-                            {"group_index", s.group_index},
-                            {"prompt", s.prompt},
-                            {"label", label},
-                            {"metadata", s.metadata}}}};
+    const Json payload = {{"sample", sample_payload(s)}};
     EnvReply reply = client_.post("start", payload);
     std::string error = reply.error;
     if (reply.ok) {
@@ -435,6 +429,14 @@ std::unique_ptr<EnvSession> EnvSessionFactory::open() const {
     return std::make_unique<OpenEnvHttpSession>(options_, *http_);
   }
   return std::make_unique<FurlongSession>(*http_);
+}
+
+Json sample_payload(const rl::Sample& s) {
+  return {{"index", s.index},
+          {"group_index", s.group_index},
+          {"prompt", s.prompt},
+          {"label", s.label.empty() ? Json(nullptr) : Json(s.label)},
+          {"metadata", s.metadata}};
 }
 
 }  // namespace furlong::rollout

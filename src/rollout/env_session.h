@@ -79,6 +79,10 @@ class EnvSessionFactory {
   std::unique_ptr<WsKeepalive> keepalive_;  // openenv: answers the open sessions' pings
 };
 
+// A sample as env and harness requests carry it: {index, group_index, prompt, label (null when
+// none), metadata}.
+Json sample_payload(const rl::Sample& s);
+
 // An OpenEnv observation object as the user message furlong appends (see above), or an error
 // naming --agent-env-observation-key.
 std::optional<std::string> openenv_observation_text(const Json& observation, const std::string& key,

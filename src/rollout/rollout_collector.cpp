@@ -94,6 +94,8 @@ metrics::RewardSetup reward_setup(const RolloutConfig& o) {
     setup.grader = "--rm-url " + *o.rollout.rm_url;
   } else if (o.agent.agent_env_url) {
     setup.grader = "the environment at --agent-env-url " + *o.agent.agent_env_url;
+  } else if (o.agent.agent_harness_url) {
+    setup.grader = "the harness at --agent-harness-url " + *o.agent.agent_harness_url;
   } else {
     setup.grader = "the reward function";
   }
@@ -163,7 +165,7 @@ RolloutCollector::RolloutCollector(const RolloutConfig& options, RolloutEngines&
       source_(source),
       tokenizer_(tokenizer),
       reward_(std::move(reward)) {
-  if (options.agent.agent_env_url) {  // env rewards first; the reward function for the rest
+  if (agent_rollouts(options.agent)) {  // env rewards first; the reward function for the rest
     const bool graded = options.rollout.rm_type.has_value() || options.rollout.rm_url.has_value();
     reward_ = with_env_rewards(graded ? std::move(reward_) : RewardFn());
     agent_ = std::make_shared<AgentEpisodeRunner>(options, tokenizer);

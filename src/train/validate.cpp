@@ -103,10 +103,10 @@ void validate_rl_options(const TrainOptions& o) {
                 "--use-rollout-logprobs and --use-tis cannot be combined (TIS corrects the "
                 "rollout log-probs against the trainer's; pick one)");
   rl::validate_algorithm_options(advantage_options(a), loss_options(a, o.batch));
-  FURLONG_CHECK(r.rm_type || r.rm_url || o.agent.agent_env_url,
+  FURLONG_CHECK(r.rm_type || r.rm_url || rollout::agent_rollouts(o.agent),
                 "RL needs a reward: set --rm-type (math, deepscaler, dapo, f1, exact_match, "
                 "final_number), "
-                "--rm-url, or an --agent-env-url whose env gives rewards");
+                "--rm-url, or an --agent-env-url / --agent-harness-url that gives rewards");
   rollout::validate_agent_options(rollout_config(o));
   FURLONG_CHECK(!o.eval.eval_interval || !o.eval.eval_prompt_data.empty(),
                 "--eval-interval needs --eval-prompt-data");

@@ -4,7 +4,9 @@
 // tokenizer (examples/agent_env/tokenizer) has the opening of a calculator call, up to the
 // expression, as one token and its closing as another (a stop token of the run): a call is
 // "open, anything without a newline, close". The random model makes one in ~3% of episodes;
-// GRPO must raise that by far more than chance allows.
+// GRPO must raise that by far more than chance allows. The same task runs through the example
+// agent harness over the OpenAI API (examples/agent_harness/calculator_agent.py), and the
+// threshold task through the example OpenEnv env (examples/openenv/sum_env.py).
 //
 // Statistics as in rl_e2e_test.cpp: the first and last K rollouts each hold K * 64 episodes;
 // the one-sided two-proportion z statistic of "the last K beat the first K" must exceed 5
@@ -71,15 +73,17 @@ double first_last_z(const std::vector<Json>& rows, int k) {
   return z;
 }
 
-TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
-  const auto dir = scratch_dir();
+// The calculator run (below) with `agent` flags naming the env or the harness that grades it:
+// the metrics rows, one per rollout.
+std::vector<Json> run_calculator_grpo(const fs::path& dir, int num_rollout,
+                                      const std::vector<std::string>& agent) {
   // The tiny Qwen3 of the other e2e tests, ending turns on <|im_end|> (id 19); the model
   // directory gets the tokenizer and chat template of examples/agent_env.
   auto config = arith_qwen3_config();
   config["eos_token_id"] = 19;
   const auto model =
       init_model(dir, "model", config, source_dir() / "examples/agent_env/tokenizer");
-  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE(::testing::Test::HasFailure());
   // 64 prompts "a*b=" with two-digit factors; the label is the product.
   const auto prompts = dir / "prompts.jsonl";
   {
@@ -94,27 +98,35 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
           << "\n";
     }
   }
-  CalculatorEnvProcess env(dir);
-  ASSERT_GT(env.port(), 0) << "the calculator env did not start";
-  const int num_rollout = 16;
   // The threshold task's run, graded by the env instead of a reward type: turns of at most 12
   // tokens, ending at <|im_end|> or at the call's closing token (21).
-  const auto flags = threshold_grpo_flags(model, prompts, num_rollout)
-                         .drop("--rm-type")
-                         .drop("--rollout-skip-special-tokens")
-                         .set("--rollout-max-response-len", "12")
-                         .add({"--apply-chat-template", "--agent-env-url", env.url(),
-                               "--agent-max-turns", "2", "--agent-max-episode-tokens", "40",
-                               "--rollout-stop-token-ids", "21", "--rollout-temperature", "1.0"})
-                         .add(tiny_trainer_flags())
-                         .add({"--metrics-file", (dir / "metrics.jsonl").string(), "--colocate"});
+  const auto flags =
+      threshold_grpo_flags(model, prompts, num_rollout)
+          .drop("--rm-type")
+          .drop("--rollout-skip-special-tokens")
+          .set("--rollout-max-response-len", "12")
+          .add({"--apply-chat-template", "--agent-max-turns", "2", "--agent-max-episode-tokens",
+                "40", "--rollout-stop-token-ids", "21", "--rollout-temperature", "1.0"})
+          .add(agent)
+          .add(tiny_trainer_flags())
+          .add({"--metrics-file", (dir / "metrics.jsonl").string(), "--colocate"});
   std::string cmd = shell_quote(furlong_binary().string()) + " train";
   for (const auto& a : flags.args()) cmd += " " + shell_quote(a);
   auto r = run_command(cmd + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(dir / "train.log") << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   auto rows = read_rows(dir / "metrics.jsonl");
-  ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout)) << r.output;
+  EXPECT_EQ(rows.size(), static_cast<size_t>(num_rollout)) << r.output;
+  return rows;
+}
 
+TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
+  const auto dir = scratch_dir();
+  CalculatorEnvProcess env(dir);
+  ASSERT_GT(env.port(), 0) << "the calculator env did not start";
+  const int num_rollout = 16;
+  auto rows = run_calculator_grpo(dir, num_rollout, {"--agent-env-url", env.url()});
+  ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout));
   first_last_z(rows, 4);
   for (const auto& row : rows) {
     // Each episode is graded by the env (--call-reward makes every ending carry a reward), and
@@ -132,6 +144,35 @@ TEST(AgentEndToEnd, GrpoLearnsToCallTheCalculator) {
             value(rows.front(), "rollout/agent/tool_calls") + 0.5);
   EXPECT_GT(value(rows.back(), "rollout/agent/masked_token_share"), 0.0);
   EXPECT_GT(value(rows.back(), "rollout/agent/turns"), value(rows.front(), "rollout/agent/turns"));
+}
+
+// The same task driven by an agent harness over the OpenAI API: the example harness
+// (examples/agent_harness/calculator_agent.py, the unmodified openai package) pays 1 when the
+// session calls the calculator, and answers a turn without a call with a user message "?" (as the
+// env answers a malformed call with an error). The trained tokens are the ones the sessions
+// recorded: the engine's and the trainer's log-probs agree on them as in the env run, and GRPO
+// raises the reward.
+TEST(AgentEndToEnd, GrpoThroughAnOpenAiHarnessLearnsToCallTheCalculator) {
+  const auto dir = scratch_dir();
+  ScriptServer agent(source_dir() / "examples/agent_harness/calculator_agent.py",
+                     {"--reward", "call", "--max-turns", "2", "--nudge", "?"}, dir);
+  ASSERT_GT(agent.port(), 0) << "the example harness did not start";
+  const int num_rollout = 16;
+  auto rows = run_calculator_grpo(dir, num_rollout, {"--agent-harness-url", agent.url()});
+  ASSERT_EQ(rows.size(), static_cast<size_t>(num_rollout));
+  first_last_z(rows, 4);
+  for (const auto& row : rows) {
+    EXPECT_EQ(value(row, "rollout/agent/missing_reward"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/harness_errors"), 0.0);
+    EXPECT_EQ(value(row, "rollout/agent/history_divergences"), 0.0);
+    EXPECT_EQ(value(row, "train/ppo_kl"), 0.0);
+    EXPECT_LE(value(row, "train/train_rollout_logprob_abs_diff"), 1e-4);
+  }
+  // The harness's own count of calls rose with furlong's.
+  EXPECT_GT(value(rows.back(), "rollout/agent/tool_calls"),
+            value(rows.front(), "rollout/agent/tool_calls") + 0.5);
+  EXPECT_GT(value(rows.back(), "rollout/agent/harness/tool_calls"),
+            value(rows.front(), "rollout/agent/harness/tool_calls") + 0.5);
 }
 
 // The threshold task served by an OpenEnv-shaped env (examples/openenv/sum_env.py --task

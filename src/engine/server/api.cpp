@@ -221,6 +221,13 @@ void bad_request(const std::string& message) {
   throw ApiError(400, "invalid_request_error", message);
 }
 
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
+  return diff == 0;
+}
+
 Json error_body(const std::string& message, const std::string& type, int status) {
   return Json{{"error", {{"message", message}, {"type", type}, {"code", status}}}};
 }

@@ -41,6 +41,9 @@ class ApiError : public std::runtime_error {
 // 400 invalid_request_error.
 [[noreturn]] void bad_request(const std::string& message);
 Json error_body(const std::string& message, const std::string& type, int status);
+// Constant-time comparison of a given secret (an API key) with the expected one, so the key
+// cannot be guessed byte by byte from response times.
+bool same_secret(const std::string& given, const std::string& expected);
 
 // Parses a request body that must be a JSON object.
 Json parse_body(std::string_view body, const std::string& endpoint);

@@ -525,4 +525,15 @@ Json openai_usage_chunk(const OpenAiCall& call, const std::vector<GenerateOutput
   return chunk;
 }
 
+Json chat_token_logprobs(const std::vector<int64_t>& ids, const std::vector<float>& logprobs,
+                         const tokenizer::Tokenizer& tokenizer) {
+  FURLONG_CHECK(ids.size() == logprobs.size(), "chat_token_logprobs: ", ids.size(), " ids but ",
+                logprobs.size(), " log-probs");
+  TokenRows rows;
+  rows.ids = ids;
+  for (float lp : logprobs) rows.logprobs.emplace_back(lp);
+  rows.tops.assign(ids.size(), nullptr);
+  return chat_logprobs(rows, tokenizer);
+}
+
 }  // namespace furlong::engine::server

@@ -65,4 +65,9 @@ Json openai_chunk(const OpenAiCall& call, const ChunkPart& part,
 Json openai_usage_chunk(const OpenAiCall& call, const std::vector<GenerateOutput>& outputs,
                         const OpenAiIds& ids);
 
+// A chat choice's "logprobs" object ({"content": [{token, logprob, bytes, top_logprobs: []}]})
+// over generated tokens and their log-probs.
+Json chat_token_logprobs(const std::vector<int64_t>& ids, const std::vector<float>& logprobs,
+                         const tokenizer::Tokenizer& tokenizer);
+
 }  // namespace furlong::engine::server

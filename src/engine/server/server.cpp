@@ -19,14 +19,6 @@
 namespace furlong::engine::server {
 namespace {
 
-// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
-bool same_secret(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
-  return diff == 0;
-}
-
 // An integer field that must lie in [lo, hi]; the message shows the value as given (never a
 // narrowed one: a port of 2^40 is not reported as 0).
 int int_field(const Json& body, const char* field, int64_t lo, int64_t hi,
