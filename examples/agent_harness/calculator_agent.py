@@ -13,7 +13,9 @@ calls the model makes, appends their results as tool messages and asks again, un
 answers without a call or --max-turns turns were taken (or furlong ends the session: a 400 whose
 type is "session_ended"). It then answers the POST with
 
-  {"reward": float | null, "metrics": {"tool_calls": n, "turns": n}}
+  {"reward": float | null, "metrics": {"tool_calls": n, "turns": n, "sessions_at_once": n}}
+
+(sessions_at_once: the sessions this server was running when the task arrived, itself included).
 
 Rewards (--reward): "answer" pays 1 when the final answer contains the sample's label; "call"
 pays 1 when the session made a calculator call (what furlong's tiny e2e model can learn). With
@@ -138,6 +140,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = itertools.count(1)
     lock = threading.Lock()
+    active = 0  # sessions being run now
 
     def log_message(self, *a):
         pass
@@ -147,21 +150,26 @@ class Handler(BaseHTTPRequestHandler):
         args = self.server.args
         with Handler.lock:
             n = next(Handler.counter)
+            Handler.active += 1
+            at_once = Handler.active
         fault = args.fault if args.fault and n % args.fault_every == 0 else None
-        if fault == "hang":
-            time.sleep(3600)
+        status = 200
         try:
+            if fault == "hang":
+                time.sleep(3600)
             result = run_agent(task, args, fault)
+            if result is not None:
+                result["metrics"]["sessions_at_once"] = at_once
         except Exception as e:  # noqa: BLE001 - the harness's failure is furlong's to count
-            result = {"error": f"{type(e).__name__}: {e}"}
-            body = json.dumps(result).encode()
-            self.send_response(500)
-        else:
-            if result is None:  # crash: no answer at all
-                self.close_connection = True
-                return
-            body = json.dumps(result).encode()
-            self.send_response(200)
+            status, result = 500, {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            with Handler.lock:
+                Handler.active -= 1
+        if result is None:  # crash: no answer at all
+            self.close_connection = True
+            return
+        body = json.dumps(result).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -145,7 +145,7 @@ void AgentEpisodeRunner::queue_turn(Run& run, Episode& ep) {
   run.cv.notify_all();
 }
 
-void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutput out) {
+void AgentEpisodeRunner::append_turn(Episode& ep, const engine::GenerateOutput& out) {
   rl::Sample& s = *ep.sample;
   const std::string text =
       tokenizer_.decode(out.output_ids, options_.rollout.rollout_skip_special_tokens);
@@ -158,6 +158,10 @@ void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutp
   s.metadata["weight_version"] = out.weight_version;
   ++ep.turns;
   ep.last_text = text;
+}
+
+void AgentEpisodeRunner::finish_turn(Run& run, Episode& ep, engine::GenerateOutput out) {
+  append_turn(ep, out);
   if (out.finish_reason != engine::FinishReason::kStop) {
     const bool length = out.finish_reason == engine::FinishReason::kLength;
     if (length && ep.session->steps_truncated_turns()) {

@@ -63,6 +63,8 @@ class AgentEpisodeRunner {
   struct Episode;
   void start_episode(Run& run, Episode& ep);
   void open_with(Episode& ep, const OrderedJson& observation, const OrderedJson& extra);
+  // The generated turn joins the sample (mask 1, its log-probs); the turn count and text follow.
+  void append_turn(Episode& ep, const engine::GenerateOutput& out);
   void finish_turn(Run& run, Episode& ep, engine::GenerateOutput out);
   bool continue_after_turn(Run& run, Episode& ep, const std::string& raw_text,
                            const std::string& text);

@@ -289,18 +289,8 @@ void AgentEpisodeRunner::commit_harness_turn(Episode& ep, HarnessLink& link,
     data::append_observation(s, ids);
     ep.masked_tokens += static_cast<int64_t>(ids.size());
   }
-  const std::string text =
-      tokenizer_.decode(out.output_ids, options_.rollout.rollout_skip_special_tokens);
-  data::GeneratedResponse response{.token_ids = out.output_ids,
-                                   .log_probs = out.output_logprobs,
-                                   .finish_reason = engine::finish_reason_name(out.finish_reason),
-                                   .text = text,
-                                   .weight_version = out.weight_version};
-  data::append_response(s, response, ep.turn_budget);
-  s.metadata["weight_version"] = out.weight_version;
-  ++ep.turns;
+  append_turn(ep, out);
   ++ep.segment_turns;
-  ep.last_text = text;
   const std::string plain = tokenizer_.decode(out.output_ids, true);
   const data::ParsedTurn parsed = data::parse_tool_calls(plain);
   if (parsed.malformed()) {

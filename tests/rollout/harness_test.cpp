@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "agent_fixtures.h"
 #include "core/files.h"
@@ -400,6 +401,29 @@ TEST(HarnessSessions, TurnAndTokenLimitsEndTheSessionAsTruncated) {
     EXPECT_EQ(s.status, rl::SampleStatus::kTruncated);
     EXPECT_EQ(s.response_length, 8);
   }
+}
+
+// At most --agent-env-concurrency sessions run at once: the example harness reports how many it
+// was running when each task arrived. Turns take 100 ms, so the sessions overlap.
+TEST(HarnessSessions, AtMostTheConcurrencyBoundRunAtOnce) {
+  const auto dir = testing::scratch_dir();
+  auto agent = harness(dir, {});
+  ASSERT_GT(agent.port(), 0) << "the example harness did not start";
+  RolloutConfig o = harness_options(agent.url());
+  o.agent.agent_env_concurrency = 3;
+  TextEngines engines([](const std::vector<int64_t>& input, int nth) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return calculator_policy(input, nth);
+  });
+  std::vector<std::pair<std::string, std::string>> qa;
+  for (int i = 0; i < 8; ++i) qa.emplace_back("What is " + std::to_string(i) + "*7?", "x");
+  const auto samples = run_sessions(o, engines, qa);
+  int most = 0;
+  for (const auto& s : samples) {
+    EXPECT_EQ(s.metadata["agent"]["end_reason"], "done");
+    most = std::max(most, s.metadata["agent"]["harness_metrics"]["sessions_at_once"].get<int>());
+  }
+  EXPECT_EQ(most, 3);
 }
 
 // A harness written here with httplib: requests with a wrong key, bad fields or an unknown
