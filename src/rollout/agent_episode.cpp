@@ -405,6 +405,27 @@ void AgentEpisodeRunner::generate_groups(RolloutEngines& engines,
   FURLONG_CHECK(run.error.empty(), "agent rollout: ", run.error);
 }
 
+// A turn that will not be generated: a harness's request is answered as aborted, an env
+// episode ends as aborted.
+void AgentEpisodeRunner::abort_turn(Run& run, Episode& ep) {
+  if (ep.harness_turn) {
+    engine::GenerateOutput aborted;
+    aborted.finish_reason = engine::FinishReason::kAbort;
+    try {
+      ep.harness_turn->set_value(std::move(aborted));
+    } catch (const std::future_error&) {  // its engine answered after all
+    }
+    return;
+  }
+  Episode* target = &ep;
+  run.pool->post([this, &run, target] {
+    guarded(run, *target, [&] {
+      target->sample->status = rl::SampleStatus::kAborted;
+      end_episode(run, *target, "aborted");
+    });
+  });
+}
+
 // The driver thread: submits queued turns, dispatches them, and hands finished groups to
 // `consume` (in group order with several engines, so what is kept does not depend on timing).
 void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& groups,
@@ -437,23 +458,25 @@ void AgentEpisodeRunner::drive(Run& run, std::vector<std::vector<rl::Sample>>& g
     const bool idle = submits.empty() && !take && run.active == 0;
     lock.unlock();
     if (idle) break;
-    for (Episode* ep : submits) {
-      if (stopping && ep->harness_turn) {  // the harness's request is answered as aborted
-        engine::GenerateOutput aborted;
-        aborted.finish_reason = engine::FinishReason::kAbort;
-        ep->harness_turn->set_value(std::move(aborted));
-      } else if (stopping) {  // the consumer has enough: no new turns
-        run.pool->post([this, &run, ep] {
-          guarded(run, *ep, [&] {
-            ep->sample->status = rl::SampleStatus::kAborted;
-            end_episode(run, *ep, "aborted");
-          });
-        });
-      } else {
-        submit(run, *ep);
+    if (stopping) {
+      for (Episode* ep : submits) abort_turn(run, *ep);
+    } else {
+      try {
+        for (Episode* ep : submits) submit(run, *ep);
+        if (!submits.empty()) run.engines->dispatch();
+      } catch (...) {
+        // The engines refused the round: no callback comes for it. The run fails once every
+        // episode has ended (their state lives in this frame and generate_groups').
+        if (!failure) failure = std::current_exception();
+        {
+          std::lock_guard<std::mutex> guard(run.mu);
+          run.stopping = true;
+        }
+        run.engines->abort_all();
+        for (Episode* ep : submits) abort_turn(run, *ep);
+        continue;
       }
     }
-    if (!submits.empty() && !stopping) run.engines->dispatch();
     if (!take) continue;
     bar.advance(static_cast<int64_t>(groups[*take].size()));
     if (stopping) continue;  // aborted leftovers after the consumer had enough
@@ -578,7 +601,12 @@ void validate_agent_options(const RolloutConfig& o) {
       a.agent_harness_on_divergence == "restart" || a.agent_harness_on_divergence == "abort",
       "--agent-harness-on-divergence must be restart or abort, got '",
       a.agent_harness_on_divergence, "'");
-  FURLONG_CHECK(!a.agent_session_host.empty(), "--agent-session-host must name a host");
+  // The host is also the base_url's: a wildcard address would name no reachable host.
+  const std::string& host = a.agent_session_host;
+  FURLONG_CHECK(!host.empty() && host != "0.0.0.0" && host.find(':') == std::string::npos,
+                "--agent-session-host must be a host name or IPv4 address the harness reaches "
+                "(it is bound and named in each session's base_url), got '",
+                host, "'");
   EnvClient check(harness_client_options(a));  // the URL's form
 }
 

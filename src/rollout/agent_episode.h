@@ -73,6 +73,7 @@ class AgentEpisodeRunner {
   void release(Run& run, Episode& ep);
   void guarded(Run& run, Episode& ep, const std::function<void()>& step);
   void submit(Run& run, Episode& ep);
+  void abort_turn(Run& run, Episode& ep);
   void drive(Run& run, std::vector<std::vector<rl::Sample>>& groups, const GroupConsumer& consume);
   // Harness sessions (harness_episode.cpp).
   struct HarnessLink;
@@ -91,6 +92,7 @@ class AgentEpisodeRunner {
   // --agent-harness-url: the harness's client, the sessions' endpoint, the open sessions.
   std::unique_ptr<EnvClient> harness_;
   std::string model_name_;
+  int64_t harness_context_ = 0;  // the engines' context length (0: unknown)
   std::mutex links_mu_;
   std::map<std::string, std::shared_ptr<HarnessLink>> links_;
   int64_t next_session_ = 0;                 // guarded by links_mu_

@@ -130,8 +130,8 @@ Attempt attempt_once(const std::string& base, const std::string& path, const std
     // cpp-httplib reports a read timeout as a read error: the clock tells them apart.
     a.timed_out = stopped || error == httplib::Error::ConnectionTimeout ||
                   (error == httplib::Error::Read && elapsed >= 0.95 * o.timeout_s);
-    a.error = a.timed_out ? "no whole answer within " + seconds_text(o.timeout_s) +
-                                " s (--agent-env-timeout)"
+    a.error = a.timed_out ? "no whole answer within " + seconds_text(o.timeout_s) + " s (" +
+                                o.timeout_flag + ")"
                           : "request failed (" + httplib::to_string(error) + ")";
   } else {
     read_answer(res, received, a);

@@ -27,9 +27,10 @@ namespace furlong::rollout {
 inline constexpr double kMaxEnvReward = 1e9;
 
 struct EnvClientOptions {
-  std::string url;                       // --agent-env-url: http://host[:port][/path]
-  std::string name = "agent env";        // what errors call the server
-  std::string flag = "--agent-env-url";  // the flag URL errors name
+  std::string url;                                   // --agent-env-url: http://host[:port][/path]
+  std::string name = "agent env";                    // what errors call the server
+  std::string flag = "--agent-env-url";              // the flag URL errors name
+  std::string timeout_flag = "--agent-env-timeout";  // the flag timeout errors name
   // --agent-env-timeout: per attempt, as a whole (connect, send, the answer's last byte).
   double timeout_s = 30.0;
   int max_retries = 2;         // --agent-env-max-retries: attempts = 1 + max_retries

@@ -56,6 +56,19 @@ std::optional<Json> harness_metrics(const Json& body, std::string& error) {
   return *it;
 }
 
+// The context the rollout engines serve: --sglang-context-length, or the model's
+// max_position_embeddings (0 when neither is known: no bound of its own).
+int64_t engine_context_length(const RolloutConfig& o) {
+  if (o.rollout.engine_context_length > 0) return o.rollout.engine_context_length;
+  const std::filesystem::path config =
+      std::filesystem::path(o.engine.hf_checkpoint) / "config.json";
+  if (o.engine.hf_checkpoint.empty() || !std::filesystem::exists(config)) return 0;
+  const OrderedJson c = read_ordered_json_file(config);
+  const OrderedJson& text = c.contains("text_config") ? c["text_config"] : c;
+  const auto v = text.value("max_position_embeddings", OrderedJson());
+  return v.is_number_integer() ? v.get<int64_t>() : 0;
+}
+
 SessionReply session_ended(const std::string& id, const std::string& reason) {
   return session_error(400, "session_ended",
                        "agent session " + id + " takes no more turns: " + reason);
@@ -68,6 +81,7 @@ EnvClientOptions harness_client_options(const AgentOptions& a) {
   o.url = a.agent_harness_url.value_or("");
   o.name = "agent harness";
   o.flag = "--agent-harness-url";
+  o.timeout_flag = "--agent-session-timeout";
   o.timeout_s = a.agent_session_timeout;
   o.max_retries = 0;
   o.max_response_bytes = a.agent_env_max_response_bytes;
@@ -90,6 +104,7 @@ void AgentEpisodeRunner::start_harness(const RolloutConfig& options) {
   model_name_ = options.engine.hf_checkpoint.empty()
                     ? "furlong"
                     : std::filesystem::path(options.engine.hf_checkpoint).filename().string();
+  harness_context_ = engine_context_length(options);
   // One request in flight per session, at most --agent-env-concurrency sessions at once; the
   // rest of the threads answer requests for sessions that have ended.
   const int64_t threads = 2 * options.agent.agent_env_concurrency + 4;
@@ -116,20 +131,32 @@ void AgentEpisodeRunner::run_harness_session(Run& run, Episode& ep, uint64_t see
   const Json task = {{"session_id", link->id},   {"base_url", sessions_->base_url(link->id)},
                      {"api_key", link->api_key}, {"model", model_name_},
                      {"seed", seed >> 1},        {"sample", sample_payload(s)}};
-  EnvReply reply = harness_->post("", task);
-  {
-    std::lock_guard<std::mutex> lock(link->mu);  // waits for a request in flight
-    link->closed = true;
-  }
-  {
+  // Whatever happens, the link is closed before the episode ends (a request in flight
+  // finishes first), so no request touches an ended episode.
+  auto close = [&] {
+    {
+      std::lock_guard<std::mutex> lock(link->mu);
+      link->closed = true;
+    }
     std::lock_guard<std::mutex> lock(links_mu_);
     links_.erase(link->id);
+  };
+  EnvReply reply;
+  try {
+    reply = harness_->post("", task);
+  } catch (...) {
+    close();
+    throw;
   }
+  close();
   std::string reason = link->ended.empty() ? "done" : link->ended;
   std::string error = reply.error;
   std::optional<double> reward;
   std::optional<Json> metrics;
-  if (reply.ok) {
+  if (reply.ok && !reply.body.is_object()) {
+    error = "harness: the answer must be a JSON object {\"reward\", \"metrics\"}, got " +
+            json_excerpt(reply.body);
+  } else if (reply.ok) {
     reward = env_reward_field(reply.body, "harness", error);
     metrics = harness_metrics(reply.body, error);
   }
@@ -181,13 +208,11 @@ SessionReply AgentEpisodeRunner::on_chat(const std::string& id, const std::strin
 SessionReply AgentEpisodeRunner::harness_turn(Run& run, Episode& ep, HarnessLink& link,
                                               const std::string& body) {
   if (!link.ended.empty()) return session_ended(link.id, link.ended);
-  const OrderedJson parsed_body = OrderedJson::parse(body, nullptr, false);
+  // Bounded nesting: copies and comparisons of the messages recurse.
+  const OrderedJson parsed_body = parse_ordered_json(body, "the chat request body");
   std::string error;
   const auto request = parse_harness_chat(parsed_body, error);
-  if (!request) {
-    return session_error(400, "invalid_request_error",
-                         parsed_body.is_discarded() ? "the request body is not JSON" : error);
-  }
+  if (!request) return session_error(400, "invalid_request_error", error);
   const auto next = link.conversation->next(*request);
   rl::Sample& s = *ep.sample;
   const auto& a = options_.agent;
@@ -207,11 +232,15 @@ SessionReply AgentEpisodeRunner::harness_turn(Run& run, Episode& ep, HarnessLink
   std::vector<int64_t> input = next.ids;
   if (!next.restart) input.insert(input.begin(), s.tokens.begin(), s.tokens.end());
   const int64_t used = next.restart ? 0 : s.response_length + static_cast<int64_t>(next.ids.size());
-  const int64_t budget = std::min(
-      {a.agent_max_episode_tokens - used,
-       data::max_new_tokens_for(static_cast<int64_t>(input.size()), 0, run.params.max_new_tokens,
-                                options_.rollout.rollout_max_context_len),
-       request->max_tokens.value_or(std::numeric_limits<int64_t>::max())});
+  // furlong's limits: the episode's tokens, the turn's, the context (the rollout's bound and the
+  // engine's, which would refuse the request); the request may ask for fewer.
+  const auto input_length = static_cast<int64_t>(input.size());
+  int64_t limit = std::min(a.agent_max_episode_tokens - used,
+                           data::max_new_tokens_for(input_length, 0, run.params.max_new_tokens,
+                                                    options_.rollout.rollout_max_context_len));
+  if (harness_context_ > 0) limit = std::min(limit, harness_context_ - input_length);
+  const int64_t budget =
+      std::min(limit, request->max_tokens.value_or(std::numeric_limits<int64_t>::max()));
   if (budget <= 0) {
     link.ended = "token_budget";
     if (ep.turns > 0) s.status = rl::SampleStatus::kTruncated;
@@ -234,7 +263,14 @@ SessionReply AgentEpisodeRunner::harness_turn(Run& run, Episode& ep, HarnessLink
     link.ended = "aborted";
     return session_ended(link.id, "the rollout stopped (it has the samples it needs)");
   }
+  // The reply's parts that can fail come before the turn is committed.
+  const Json logprobs = request->logprobs ? engine::server::chat_token_logprobs(
+                                                out.output_ids, out.output_logprobs, tokenizer_)
+                                          : Json();
   commit_harness_turn(ep, link, out, next.restart, next.ids);
+  // Cut by furlong's limit, the session is over; cut by the request's max_tokens, it is just a
+  // short reply (OpenAI's meaning).
+  if (out.finish_reason == engine::FinishReason::kLength && budget == limit) link.ended = "length";
   const OrderedJson& message = link.conversation->last_answer();
   const bool calls = message.contains("tool_calls");
   const char* finish = out.finish_reason == engine::FinishReason::kLength ? "length"
@@ -243,11 +279,7 @@ SessionReply AgentEpisodeRunner::harness_turn(Run& run, Episode& ep, HarnessLink
   Json choice = {{"index", 0},
                  {"message", Json::parse(message.dump())},
                  {"finish_reason", finish},
-                 {"logprobs", nullptr}};
-  if (request->logprobs) {
-    choice["logprobs"] =
-        engine::server::chat_token_logprobs(out.output_ids, out.output_logprobs, tokenizer_);
-  }
+                 {"logprobs", logprobs}};
   const auto completion = static_cast<int64_t>(out.output_ids.size());
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return {200, Json{{"id", "chatcmpl-" + link.id + "-" + std::to_string(ep.turns - 1)},
@@ -300,7 +332,6 @@ void AgentEpisodeRunner::commit_harness_turn(Episode& ep, HarnessLink& link,
   }
   link.conversation->record_turn(harness_assistant_message(parsed, plain, ep.turns - 1), plain,
                                  tokenizer_.decode(out.output_ids, false));
-  if (out.finish_reason == engine::FinishReason::kLength) link.ended = "length";
 }
 
 }  // namespace furlong::rollout

@@ -147,6 +147,7 @@ TEST(HarnessOptions, BadValuesNameTheirFlag) {
       {[](RolloutConfig& o) { o.agent.agent_harness_on_divergence = "split"; },
        "--agent-harness-on-divergence"},
       {[](RolloutConfig& o) { o.agent.agent_session_host = ""; }, "--agent-session-host"},
+      {[](RolloutConfig& o) { o.agent.agent_session_host = "0.0.0.0"; }, "--agent-session-host"},
       {[](RolloutConfig& o) { o.agent.agent_max_turns = 0; }, "--agent-max-turns"},
   };
   for (const auto& [set, flag] : cases) {
@@ -394,6 +395,12 @@ TEST(HarnessSessions, TurnAndTokenLimitsEndTheSessionAsTruncated) {
     EXPECT_EQ(s.status, rl::SampleStatus::kTruncated);
     EXPECT_EQ(s.metadata["agent"]["turns"], 1);
   }
+  RolloutConfig small_context = harness_options("");
+  small_context.rollout.engine_context_length = 60;  // the prompt with the tools has more
+  for (const auto& s : faulty_run("no-reward", &small_context)) {
+    EXPECT_EQ(s.metadata["agent"]["end_reason"], "no_turns");
+    EXPECT_TRUE(s.remove);
+  }
   RolloutConfig few_tokens = harness_options("");
   few_tokens.agent.agent_max_episode_tokens = 8;  // the call turn has more
   for (const auto& s : faulty_run("no-reward", &few_tokens)) {
@@ -452,7 +459,16 @@ TEST(HarnessSessions, SessionRequestsAreChecked) {
     post(path, wrong, good);
     post(path, key, Json{{"messages", task["sample"]["prompt"]}, {"n", 3}});
     post("/sessions/nosuch/v1", key, good);
-    post(path, key, good);
+    std::string nested = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"k\": ";
+    for (int i = 0; i < 5000; ++i) nested += "[";
+    for (int i = 0; i < 5000; ++i) nested += "]";
+    nested += "}]}";
+    auto deep = client.Post(path + "/chat/completions", key, nested, "application/json");
+    seen.emplace_back(deep ? deep->status : -1, deep ? deep->body : "");
+    Json short_reply = good;
+    short_reply["max_tokens"] = 3;  // the request's own bound: a short reply, the session goes on
+    post(path, key, short_reply);
+    post(path, key, good);  // the same messages again: a divergence, restarted
     auto models = client.Get(path + "/models", key);
     seen.emplace_back(models ? models->status : -1, models ? models->body : "");
     res.set_content(Json{{"reward", 0.5}}.dump(), "application/json");
@@ -460,13 +476,18 @@ TEST(HarnessSessions, SessionRequestsAreChecked) {
   TextEngines engines(calculator_policy);
   const auto samples =
       run_sessions(harness_options(agent.url()), engines, {{"What is 12*3?", "36"}});
-  ASSERT_EQ(seen.size(), 5u);
+  ASSERT_EQ(seen.size(), 7u);
   EXPECT_EQ(seen[0].first, 401);
   EXPECT_EQ(seen[1].first, 400);
   EXPECT_NE(seen[1].second.find("\\\"n\\\""), std::string::npos) << seen[1].second;
   EXPECT_EQ(seen[2].first, 404);
-  ASSERT_EQ(seen[3].first, 200) << seen[3].second;
-  const Json reply = Json::parse(seen[3].second);
+  EXPECT_EQ(seen[3].first, 400);
+  EXPECT_NE(seen[3].second.find("nest"), std::string::npos) << seen[3].second;
+  ASSERT_EQ(seen[4].first, 200) << seen[4].second;
+  EXPECT_EQ(Json::parse(seen[4].second)["choices"][0]["finish_reason"], "length");
+  ASSERT_EQ(seen[5].first, 200) << seen[5].second;
+  EXPECT_EQ(samples[0].metadata["agent"]["divergences"], 1);
+  const Json reply = Json::parse(seen[5].second);
   const Json& choice = reply["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
   EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "calculator");
@@ -476,9 +497,55 @@ TEST(HarnessSessions, SessionRequestsAreChecked) {
   ASSERT_EQ(logprobs.size(), static_cast<size_t>(samples[0].response_length));
   EXPECT_FLOAT_EQ(logprobs[0]["logprob"].get<float>(), samples[0].rollout_log_probs[0]);
   EXPECT_EQ(reply["usage"]["completion_tokens"], samples[0].response_length);
-  EXPECT_EQ(seen[4].first, 200);
+  EXPECT_EQ(seen[6].first, 200);
   EXPECT_EQ(samples[0].metadata["agent"]["reward"], 0.5);
   EXPECT_EQ(samples[0].metadata["agent"]["end_reason"], "done");
+}
+
+// Engines that refuse every request (a broken contract): the run fails with their error once
+// every session has ended, instead of hanging or touching ended episodes.
+class RefusingEngines : public RolloutEngines {
+ public:
+  void submit(engine::GenerateRequest, Done) override { FURLONG_FAIL("refused by the engines"); }
+  void abort_all() override {}
+  int64_t sync_weights(const WeightSource&, int64_t, bool) override { return 0; }
+  std::string describe() const override { return "refusing"; }
+};
+
+TEST(HarnessSessions, EnginesThatRefuseFailTheRunAfterTheSessionsEnd) {
+  auto agent = harness(testing::scratch_dir(), {});
+  ASSERT_GT(agent.port(), 0) << "the example harness did not start";
+  RolloutConfig o = harness_options(agent.url());
+  AgentEpisodeRunner runner(o, qwen(), qwen_chat());
+  std::vector<std::vector<rl::Sample>> groups;
+  for (int i = 0; i < 4; ++i) {
+    rl::Sample s;
+    s.index = s.group_index = i;
+    s.status = rl::SampleStatus::kPending;
+    s.prompt = Json::parse(OrderedJson::array({user("What is 2*3?")}).dump());
+    groups.push_back({std::move(s)});
+  }
+  RefusingEngines engines;
+  engine::SamplingParams params;
+  params.max_new_tokens = 16;
+  const std::string error = testing::error_of([&] {
+    runner.generate_groups(engines, std::move(groups), params,
+                           [](std::vector<rl::Sample>&&) { return false; });
+  });
+  EXPECT_NE(error.find("refused by the engines"), std::string::npos) << error;
+}
+
+// A harness whose answer is not a JSON object ends its session as harness_error.
+TEST(HarnessSessions, AnAnswerThatIsNotAnObjectIsAHarnessError) {
+  testing::ScriptedServer agent([](const httplib::Request&, httplib::Response& res) {
+    res.set_content("[1.0]", "application/json");
+  });
+  TextEngines engines(calculator_policy);
+  const auto samples =
+      run_sessions(harness_options(agent.url()), engines, {{"What is 12*3?", "36"}});
+  const Json& a = samples[0].metadata["agent"];
+  EXPECT_EQ(a["end_reason"], "harness_error");
+  EXPECT_NE(a["error"].get<std::string>().find("JSON object"), std::string::npos) << a.dump();
 }
 
 }  // namespace
