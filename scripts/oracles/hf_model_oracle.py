@@ -12,7 +12,8 @@ PLAN.json is a list of cases written by the C++ test:
    "documents": [[ids...], ...],       # packed into one row, positions restart at 0
    "loss_mask": [[0/1...], ...],       # per document, same lengths (optional)
    "want": ["logits", "logprobs", "grads", "fp32_reference", "routing", "load_balancing"],
-   "separate_documents": bool}  # run each document alone, outputs concatenated (optional)
+   "separate_documents": bool,  # run each document alone, outputs concatenated (optional)
+   "lora": {"r", "alpha", "rslora", "targets"}}  # PEFT adapters (optional; see with_lora)
 separate_documents is for models whose transformers code does not split a packed row at the
 position resets (Qwen3.5's Gated DeltaNet layers carry their state across the row): each
 document then runs as its own batch of one, which is what packing must equal.
@@ -223,6 +224,30 @@ def load_balancing(model, tokens, positions, documents=None):
     return result
 
 
+def with_lora(model, case, out_dir):
+    """The model wrapped by PEFT with case["lora"] = {r, alpha, rslora, targets}; lora_B drawn
+    N(0, 0.1) (PEFT starts it at zero) so that the adapters change the outputs. The adapter is
+    saved to OUT_DIR/<name>/adapter; only adapter parameters train (PEFT freezes the base)."""
+    from peft import LoraConfig, get_peft_model
+    spec = case["lora"]
+    config = LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], use_rslora=spec["rslora"],
+                        target_modules=spec["targets"], lora_dropout=0.0, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(case["seed"] + 2)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    peft_model.save_pretrained(os.path.join(out_dir, case["name"], "adapter"))
+    return peft_model
+
+
+def furlong_name(name):
+    """furlong's name of a (PEFT-wrapped) model's parameter."""
+    name = name.removeprefix("base_model.model.")
+    return name.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B.")
+
+
 def masked_loss_grads(model, case, tokens, positions, alone):
     """loss (mean over masked target positions) and grad.<name> of every parameter."""
     docs = case["documents"]
@@ -234,7 +259,7 @@ def masked_loss_grads(model, case, tokens, positions, alone):
     out = {"loss": loss.detach().float().reshape(())}
     for name, p in model.named_parameters():
         if p.grad is not None:
-            out.update(per_expert_grads(name, p.grad))
+            out.update(per_expert_grads(furlong_name(name), p.grad))
     return out
 
 
@@ -244,6 +269,8 @@ def run_case(case, out_dir):
     else:
         model_dir = case["model_dir"]
     model = load_model(model_dir, case["dtype"], case["attn"])
+    if case.get("lora"):
+        model = with_lora(model, case, out_dir)
     docs = case["documents"]
     tokens, positions = packed_inputs(docs)
     alone = docs if case.get("separate_documents") else None

@@ -99,6 +99,7 @@ int run_score(const std::vector<std::string>& args) {
 
   models::LoadOptions load;
   if (!o.dtype.empty()) load.dtype = parse_dtype(o.dtype, "--dtype");
+  if (!o.lora_adapter_path.empty()) load.lora_adapter = o.lora_adapter_path;
   auto model = models::load_hf_model(o.hf_checkpoint, load);
   LazyTokenizer tokenizer(o.hf_checkpoint);
   std::vector<ScoreRow> rows;

@@ -22,6 +22,7 @@ struct RuntimeOptions {
 
 struct ScoreOptions {
   std::string hf_checkpoint;
+  std::string lora_adapter_path;  // "" = none
   std::string input;
   std::string output;
   std::string dtype;  // "" = the checkpoint's dtype

@@ -18,6 +18,9 @@ void register_flags(config::FlagSet& f, ScoreOptions& o) {
   f.set_group("Model");
   f.add("hf-checkpoint", &o.hf_checkpoint, "HF model directory (config.json + safetensors)")
       .required = true;
+  f.add("lora-adapter-path", &o.lora_adapter_path,
+        "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) whose "
+        "adapters the model computes, unmerged");
   f.add("dtype", &o.dtype, "compute dtype: float32 or bfloat16 (default: the checkpoint's)");
   f.add("attn-implementation", &o.attn_implementation,
         "attention path: sdpa (fused kernel) or eager (plain math reference)")

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
 
@@ -55,6 +57,58 @@ std::pair<size_t, size_t> CausalLM::locate(const std::string& name) const {
     }
   }
   FURLONG_FAIL(config_.architecture, " has no parameter named '", name, "'");
+}
+
+void CausalLM::add_lora(const LoraSpec& spec) {
+  FURLONG_CHECK(spec.enabled(), "add_lora: the rank must be >= 1");
+  FURLONG_CHECK(!lora_.enabled(), config_.architecture, ": LoRA adapters are already added");
+  FURLONG_CHECK(computes_lora(), config_.architecture,
+                " computes no LoRA adapters (furlong has them for the Llama-family decoders: "
+                "Qwen3, Qwen3-MoE attention, Qwen2, Llama)");
+  FURLONG_CHECK(!materialized(), "add_lora: call it before the weights are materialized");
+  std::vector<std::string> found;
+  lora_slots_.assign(static_cast<size_t>(num_layers()), {});
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    auto& params = units_[layer_unit(l)].params;
+    auto& slots = lora_slots_[static_cast<size_t>(l)];
+    slots.assign(params.size(), {-1, -1});
+    const size_t base_count = params.size();
+    for (size_t i = 0; i < base_count; ++i) {
+      const ParamSpec base = params[i];
+      if (!base.name.ends_with(".weight") || base.shape.size() != 2 ||
+          base.name.find(".experts.") != std::string::npos)
+        continue;
+      const std::string module = base.name.substr(0, base.name.size() - 7);
+      const std::string leaf = module.substr(module.rfind('.') + 1);
+      if (!spec.targets_leaf(leaf)) continue;
+      if (std::find(found.begin(), found.end(), leaf) == found.end()) found.push_back(leaf);
+      const int64_t out = base.shape[0], in = base.shape[1];
+      slots[i] = {static_cast<int>(params.size()), static_cast<int>(params.size() + 1)};
+      params.push_back({module + ".lora_A.weight", {spec.rank, in}, ParamInit::kLoraA});
+      params.push_back({module + ".lora_B.weight", {out, spec.rank}, ParamInit::kZeros});
+    }
+  }
+  for (const auto& t : spec.targets) {
+    FURLONG_CHECK(std::find(found.begin(), found.end(), t) != found.end(), "LoRA target '", t,
+                  "' names no projection of ", config_.architecture,
+                  " outside the MoE experts (they get no adapters)");
+  }
+  lora_ = spec;
+}
+
+std::pair<int, int> CausalLM::lora_slots(int64_t layer, int slot) const {
+  if (!lora_.enabled() || slot < 0) return {-1, -1};
+  const auto& slots = lora_slots_[static_cast<size_t>(layer)];
+  return static_cast<size_t>(slot) < slots.size() ? slots[static_cast<size_t>(slot)]
+                                                  : std::pair<int, int>{-1, -1};
+}
+
+at::Tensor CausalLM::project(int64_t layer, const LinearFn& linear, const at::Tensor& x,
+                             const UnitTensors& p, int slot, const at::Tensor& bias) const {
+  const auto [a, b] = lora_slots(layer, slot);
+  if (a < 0) return apply_linear(linear, x, p[static_cast<size_t>(slot)], bias);
+  return lora_linear(linear, x, p[static_cast<size_t>(slot)], bias, p[static_cast<size_t>(a)],
+                     p[static_cast<size_t>(b)], lora_.scaling());
 }
 
 void CausalLM::materialize(const c10::TensorOptions& options) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "models/layers.h"
+#include "models/lora.h"
 #include "models/model_config.h"
 #include "models/moe.h"
 #include "models/packed_batch.h"
@@ -31,7 +32,8 @@ namespace furlong::models {
 
 class LinearAttentionStates;  // models/gated_delta_net.h
 
-enum class ParamInit { kNormal, kOnes, kZeros };
+// kLoraA: PEFT's lora_A initialization, uniform in +-1/sqrt(in) (kaiming-uniform with a = sqrt(5)).
+enum class ParamInit { kNormal, kOnes, kZeros, kLoraA };
 
 struct ParamSpec {
   std::string name;  // full HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
@@ -113,6 +115,17 @@ class CausalLM {
   // a DeltaNet layer's state would have to branch at the prefix's end.
   bool supports_shared_prefixes() const { return !config_.linear_attention.enabled(); }
 
+  // ---- LoRA adapters (models/lora.h) ----
+  // Adds an adapter to every targeted projection of the blocks, before materialize(): lora_A
+  // [r, in] and lora_B [out, r] after the unit's other parameters (so their indices do not move).
+  // MoE experts get none. Errors for an architecture that computes no adapters, a target it has
+  // no projection of, or a second call.
+  void add_lora(const LoraSpec& spec);
+  const LoraSpec& lora() const { return lora_; }
+  // Unit indices {A, B} of the adapter on the parameter at `slot` of block `layer`; {-1, -1}
+  // when it has none.
+  std::pair<int, int> lora_slots(int64_t layer, int slot) const;
+
   // ---- functional forward pieces ----
   ForwardContext make_context(const PackedBatch& batch, c10::ScalarType dtype,
                               const ForwardOptions& options) const;
@@ -141,6 +154,11 @@ class CausalLM {
   // layer (MoE models mix dense and sparse layers).
   void build_units(const std::vector<ParamSpec>& block_params);
   void build_units(const std::function<std::vector<ParamSpec>(int64_t layer)>& block_params);
+  // Whether block() computes adapters (through project()); add_lora refuses otherwise.
+  virtual bool computes_lora() const { return false; }
+  // x W^T + b for the projection at `slot` of block `layer`'s unit `p`, with its adapter.
+  at::Tensor project(int64_t layer, const LinearFn& linear, const at::Tensor& x,
+                     const UnitTensors& p, int slot, const at::Tensor& bias) const;
 
   ModelConfig config_;
   RotaryEmbedding rope_;
@@ -148,6 +166,8 @@ class CausalLM {
  private:
   std::vector<UnitSpec> units_;
   std::vector<UnitTensors> weights_;
+  LoraSpec lora_;
+  std::vector<std::vector<std::pair<int, int>>> lora_slots_;  // [layer][slot]
 };
 
 }  // namespace furlong::models

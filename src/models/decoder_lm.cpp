@@ -63,9 +63,9 @@ at::Tensor DecoderLM::attention_half(int64_t layer, const UnitTensors& p, const 
   const bool fused = ctx.fused_kernels;
   const LinearFn& lin = ctx.linear_override;
   auto h_PD = rms_norm(x_PD, p[slots_.input_norm], c.rms_norm_eps, fused);
-  auto q_PNH = apply_linear(lin, h_PD, p[slots_.q], opt(slots_.q_bias)).view({P, N, H});
-  auto k_PKH = apply_linear(lin, h_PD, p[slots_.k], opt(slots_.k_bias)).view({P, K, H});
-  auto v_PKH = apply_linear(lin, h_PD, p[slots_.v], opt(slots_.v_bias)).view({P, K, H});
+  auto q_PNH = project(layer, lin, h_PD, p, slots_.q, opt(slots_.q_bias)).view({P, N, H});
+  auto k_PKH = project(layer, lin, h_PD, p, slots_.k, opt(slots_.k_bias)).view({P, K, H});
+  auto v_PKH = project(layer, lin, h_PD, p, slots_.v, opt(slots_.v_bias)).view({P, K, H});
   if (c.qk_norm) {
     q_PNH = rms_norm(q_PNH, p[slots_.q_norm], c.rms_norm_eps, fused);
     k_PKH = rms_norm(k_PKH, p[slots_.k_norm], c.rms_norm_eps, fused);
@@ -75,7 +75,7 @@ at::Tensor DecoderLM::attention_half(int64_t layer, const UnitTensors& p, const 
   double scale = 1.0 / std::sqrt(static_cast<double>(H));
   auto o_PNH = ctx.attention_override ? ctx.attention_override(layer, q_PNH, k_PKH, v_PKH, scale)
                                       : attention(q_PNH, k_PKH, v_PKH, ctx.batch, ctx.attn, scale);
-  auto attn_PD = apply_linear(lin, o_PNH.reshape({P, N * H}), p[slots_.o], opt(slots_.o_bias));
+  auto attn_PD = project(layer, lin, o_PNH.reshape({P, N * H}), p, slots_.o, opt(slots_.o_bias));
   return x_PD + attn_PD;
 }
 
@@ -101,6 +101,15 @@ at::Tensor DecoderLM::block(int64_t layer, const UnitTensors& p, const at::Tenso
   auto x1_PD = attention_half(layer, p, x_PD, ctx);
   auto h2_PD = rms_norm(x1_PD, p[slots_.post_norm], c.rms_norm_eps, ctx.fused_kernels);
   if (c.moe.is_sparse_layer(layer)) return x1_PD + sparse_mlp(layer, p, h2_PD, ctx);
+  const bool adapters = lora_slots(layer, slots_.gate).first >= 0 ||
+                        lora_slots(layer, slots_.up).first >= 0 ||
+                        lora_slots(layer, slots_.down).first >= 0;
+  if (adapters) {  // transformers' down(silu(gate(x)) * up(x)), each projection with its adapter
+    const LinearFn& lin = ctx.linear_override;
+    auto act_PF = at::silu(project(layer, lin, h2_PD, p, slots_.gate, opt(slots_.gate_bias))) *
+                  project(layer, lin, h2_PD, p, slots_.up, opt(slots_.up_bias));
+    return x1_PD + project(layer, lin, act_PF, p, slots_.down, opt(slots_.down_bias));
+  }
   auto mlp_PD =
       swiglu_mlp(h2_PD, p[slots_.gate], opt(slots_.gate_bias), p[slots_.up], opt(slots_.up_bias),
                  p[slots_.down], opt(slots_.down_bias), ctx.fused_kernels, ctx.linear_override);

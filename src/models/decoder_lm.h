@@ -20,6 +20,9 @@ class DecoderLM : public CausalLM {
   at::Tensor block(int64_t layer, const UnitTensors& params, const at::Tensor& x_PD,
                    const ForwardContext& ctx) const override;
 
+ protected:
+  bool computes_lora() const override { return true; }
+
  private:
   // Index of each block parameter in the unit (-1 where the architecture has none).
   struct Slots {

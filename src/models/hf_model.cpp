@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -175,6 +176,7 @@ void check_weight_shapes(const CausalLM& model, const io::HfWeights& weights,
                          const std::filesystem::path& dir) {
   for (const auto& unit : model.units()) {
     for (const auto& spec : unit.params) {
+      if (is_lora_parameter(spec.name)) continue;  // adapters come from an adapter directory
       const auto stored = checkpoint_tensor_name(model.config(), spec.name);
       FURLONG_CHECK(weights.contains(spec.name), dir.string(), ": tensor '", stored,
                     "' is missing from the checkpoint (", model.config().architecture,
@@ -209,6 +211,7 @@ void load_weights(CausalLM& model, const io::HfWeights& weights, const std::file
     const auto& unit = model.units()[u];
     for (size_t i = 0; i < unit.params.size(); ++i) {
       const auto& spec = unit.params[i];
+      if (is_lora_parameter(spec.name)) continue;
       at::Tensor& dst = model.weights()[u][i];
       c10::NoGradGuard no_grad;
       dst.copy_(weights.get(spec.name));
@@ -239,6 +242,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
                                         const LoadOptions& options) {
   Json config = read_hf_config(dir);
   auto model = create_model(config, (dir / "config.json").string());
+  if (options.lora_adapter) model->add_lora(read_peft_adapter_config(*options.lora_adapter));
   auto weights = open_hf_weights(dir, model->config());
   auto dtype = options.dtype.value_or(model->config().dtype);
   if (options.auto_dtype) {
@@ -250,7 +254,52 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
   check_memory_for_weights(*model, dtype, options.device, (dir / "config.json").string());
   model->materialize(at::TensorOptions().dtype(dtype).device(options.device));
   load_weights(*model, weights, dir);
+  if (options.lora_adapter) load_peft_adapter(*model, *options.lora_adapter);
   return model;
+}
+
+void load_peft_adapter(CausalLM& model, const std::filesystem::path& dir) {
+  const auto file = io::SafetensorsFile::open(dir / "adapter_model.safetensors");
+  std::set<std::string> used;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const auto& params = model.units()[u].params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!is_lora_parameter(params[i].name)) continue;
+      const std::string stored = peft_tensor_name(params[i].name);
+      const auto* info = file->find(stored);
+      FURLONG_CHECK(info != nullptr, file->path().string(), ": tensor '", stored,
+                    "' is missing (adapter_config.json targets its projection)");
+      FURLONG_CHECK(info->shape == params[i].shape, file->path().string(), ": tensor '", stored,
+                    "' has shape ", shape_string(info->shape), " but the model and r imply ",
+                    shape_string(params[i].shape));
+      c10::NoGradGuard no_grad;
+      model.weights()[u][i].copy_(file->tensor(stored));
+      used.insert(stored);
+    }
+  }
+  // An adapter tensor the model does not apply would change PEFT's outputs but not furlong's.
+  std::vector<std::string> unused;
+  for (const auto& t : file->tensors()) {
+    if (!used.count(t.name)) unused.push_back(t.name);
+  }
+  if (unused.size() > 5) unused.resize(5), unused.push_back("...");
+  FURLONG_CHECK(unused.empty(), file->path().string(),
+                ": tensors furlong would not apply: ", join(unused, ", "));
+}
+
+void save_peft_adapter(const CausalLM& model, const std::filesystem::path& dir,
+                       c10::ScalarType dtype, const std::string& base_model_dir) {
+  FURLONG_CHECK(model.lora().enabled(), "save_peft_adapter: the model has no LoRA adapters");
+  FURLONG_ASSERT(model.materialized(), "save_peft_adapter: weights are not materialized");
+  ensure_directory(dir);
+  io::NamedTensors tensors;
+  for (auto& [name, tensor] : model.named_weights()) {
+    if (!is_lora_parameter(name)) continue;
+    tensors.emplace_back(peft_tensor_name(name), tensor.detach().to(at::kCPU, dtype).contiguous());
+  }
+  io::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir / "adapter_config.json",
+                    peft_adapter_config(model.lora(), base_model_dir).dump(2) + "\n");
 }
 
 Json hf_config_json(const CausalLM& model, c10::ScalarType dtype) {
@@ -296,6 +345,11 @@ void init_weights(CausalLM& model, uint64_t seed) {
         case ParamInit::kZeros:
           value = at::zeros(spec.shape, at::kFloat);
           break;
+        case ParamInit::kLoraA: {
+          const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape.at(1)));
+          value = at::empty(spec.shape, at::kFloat).uniform_(-bound, bound, gen);
+          break;
+        }
       }
       model.weights()[u][i].copy_(value);
     }

@@ -48,6 +48,9 @@ struct LoadOptions {
   // where `device` has no native bf16), logged at info level.
   bool auto_dtype = false;
   c10::Device device = c10::kCPU;
+  // A PEFT LoRA adapter directory: its adapters are added to the model (models/lora.h) and
+  // loaded from adapter_model.safetensors.
+  std::optional<std::filesystem::path> lora_adapter = std::nullopt;
 };
 
 // Builds the model config.json describes and loads its weights, matched by HF name with shape
@@ -58,6 +61,15 @@ std::unique_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir,
 // Copies checkpoint tensors into the model's materialized weights (cast to their dtype).
 void load_weights(CausalLM& model, const io::HfWeights& weights, const std::filesystem::path& dir);
 
+// Copies a PEFT adapter directory's tensors into the model's adapters (added with the spec of
+// its adapter_config.json). Every adapter must be there with its shape, and every tensor of the
+// file must be one of them; errors name the file and the tensor.
+void load_peft_adapter(CausalLM& model, const std::filesystem::path& dir);
+// Writes the model's adapters as a PEFT adapter directory (adapter_config.json naming
+// `base_model_dir`, adapter_model.safetensors in `dtype` under PEFT's names), which
+// peft.PeftModel.from_pretrained loads.
+void save_peft_adapter(const CausalLM& model, const std::filesystem::path& dir,
+                       c10::ScalarType dtype, const std::string& base_model_dir);
 // Writes config.json (torch_dtype set to `dtype`) and model.safetensors (sharded past
 // max_shard_bytes) for the model's owned weights, so that transformers loads the directory.
 void save_hf_model(const CausalLM& model, const std::filesystem::path& dir, c10::ScalarType dtype,
